@@ -1,0 +1,123 @@
+"""Chat Completions request -> GenerationRequest."""
+
+from __future__ import annotations
+
+import json
+
+from agentserve.apis.chat_completions.schema import ChatCompletionRequest, ImagePart, Message, TextPart
+from agentserve.protocol import (
+    AgentHints,
+    Conversation,
+    GenerationRequest,
+    ImageBlock,
+    NamedToolChoice,
+    ReasoningBlock,
+    SamplingParams,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Turn,
+)
+from agentserve.protocol.errors import RequestError
+
+
+def _content_blocks(msg: Message) -> list[TextBlock | ImageBlock]:
+    if msg.content is None:
+        return []
+    if isinstance(msg.content, str):
+        return [TextBlock(text=msg.content)] if msg.content else []
+    blocks: list[TextBlock | ImageBlock] = []
+    for part in msg.content:
+        if isinstance(part, TextPart):
+            blocks.append(TextBlock(text=part.text))
+        elif isinstance(part, ImagePart):
+            blocks.append(ImageBlock(url=part.image_url.url))
+    return blocks
+
+
+def _text(msg: Message) -> str:
+    return "".join(b.text for b in _content_blocks(msg) if isinstance(b, TextBlock))
+
+
+def _turn(msg: Message, index: int) -> Turn:
+    if msg.role in ("system", "developer"):
+        return Turn(role="system", blocks=(TextBlock(text=_text(msg)),))
+    if msg.role == "user":
+        return Turn(role="user", blocks=tuple(_content_blocks(msg)) or (TextBlock(text=""),))
+    if msg.role == "tool":
+        if not msg.tool_call_id:
+            raise RequestError(
+                "invalid_request", "tool messages need tool_call_id", param=f"messages[{index}]"
+            )
+        return Turn(
+            role="tool",
+            blocks=(ToolResultBlock(tool_call_id=msg.tool_call_id, content=_text(msg)),),
+        )
+    blocks: list = []
+    reasoning = msg.reasoning_content or msg.reasoning
+    if reasoning:
+        blocks.append(ReasoningBlock(text=reasoning))
+    blocks.extend(b for b in _content_blocks(msg) if isinstance(b, TextBlock))
+    for call in msg.tool_calls or []:
+        args = call.function.arguments
+        blocks.append(
+            ToolCallBlock(
+                id=call.id,
+                name=call.function.name,
+                arguments=args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+            )
+        )
+    return Turn(role="assistant", blocks=tuple(blocks))
+
+
+def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> GenerationRequest:
+    if req.n != 1:
+        raise RequestError("invalid_request", "only n=1 is supported", param="n")
+    tools = tuple(
+        ToolSpec(
+            name=t.function.name,
+            description=t.function.description,
+            parameters=t.function.parameters or {"type": "object", "properties": {}},
+        )
+        for t in req.tools or []
+    )
+    choice = req.tool_choice or ("auto" if tools else "none")
+    if not isinstance(choice, str):
+        if choice.function.name not in {t.name for t in tools}:
+            raise RequestError(
+                "invalid_request",
+                f"tool_choice names '{choice.function.name}', which is not in tools",
+                param="tool_choice",
+            )
+        choice = NamedToolChoice(name=choice.function.name)
+    elif choice == "required" and not tools:
+        raise RequestError(
+            "invalid_request", "tool_choice 'required' needs at least one tool", param="tool_choice"
+        )
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    sampling = SamplingParams(
+        max_tokens=req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=-1 if req.top_k is None else req.top_k,
+        min_p=req.min_p or 0.0,
+        seed=req.seed,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        repetition_penalty=req.repetition_penalty or 1.0,
+        stop=stop,
+        ignore_eos=req.ignore_eos,
+    )
+    return GenerationRequest(
+        request_id=request_id,
+        model=model,
+        conversation=Conversation(
+            turns=tuple(_turn(m, i) for i, m in enumerate(req.messages)),
+            tools=tools,
+            tool_choice=choice,
+        ),
+        sampling=sampling,
+        hints=AgentHints(session_id=req.user),
+        template_kwargs=dict(req.chat_template_kwargs or {}),
+    )

@@ -1,0 +1,207 @@
+"""StreamEvents -> Chat Completions chunks (SSE) or one chat.completion object."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+import orjson
+
+from agentserve.protocol.events import (
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def usage_body(u: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    }
+
+
+def _is_parse_error(event: Any) -> bool:
+    return type(event).__name__.endswith(("Error", "Truncated"))
+
+
+class ChatEncoder:
+    """Encodes one request's events; keeps what the final chunk / object needs."""
+
+    def __init__(
+        self,
+        *,
+        completion_id: str,
+        model: str,
+        include_usage: bool = False,
+        tool_dispatch: bool = False,
+        required_tool: str | bool = False,  # True: any call required; str: that function
+    ) -> None:
+        self.id = completion_id
+        self.model = model
+        self.created = int(time.time())
+        self._include_usage = include_usage
+        self._dispatch = tool_dispatch
+        self._required_tool = required_tool
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._errors: list[str] = []
+        self.usage: Usage | None = None
+        self.finish: Finish | None = None
+
+    # -- shared bookkeeping -------------------------------------------------
+    def _track(self, ev: Any) -> None:
+        if isinstance(ev, TextDelta):
+            self._text.append(ev.text)
+        elif isinstance(ev, ReasoningDelta):
+            self._reasoning.append(ev.text)
+        elif isinstance(ev, ToolCallStart):
+            self._calls[ev.index] = {"id": ev.id, "name": ev.name, "arguments": "", "done": False}
+        elif isinstance(ev, ToolCallArgsDelta):
+            self._calls[ev.index]["arguments"] += ev.fragment
+        elif isinstance(ev, ToolCallEnd):
+            call = self._calls[ev.index]
+            call["arguments"], call["done"] = ev.arguments, True
+        elif isinstance(ev, Usage):
+            self.usage = ev
+        elif isinstance(ev, Finish):
+            self.finish = ev
+        elif _is_parse_error(ev):
+            self._errors.append(str(getattr(ev, "message", None) or type(ev).__name__))
+
+    def finish_reason(self) -> str:
+        assert self.finish is not None
+        if any(c["done"] for c in self._calls.values()):
+            return "tool_calls"
+        return "length" if self.finish.reason == "length" else "stop"
+
+    def missing_required_call(self) -> str | None:
+        """The error to report when tool_choice demanded a call the model did not make."""
+        if not self._required_tool:
+            return None
+        names = {c["name"] for c in self._calls.values() if c["done"]}
+        if self._required_tool is True and names:
+            return None
+        if isinstance(self._required_tool, str) and self._required_tool in names:
+            return None
+        want = "a tool call" if self._required_tool is True else f"a call to '{self._required_tool}'"
+        return f"tool_choice required {want}, but the model produced none"
+
+    def _tool_call_body(self, index: int) -> dict[str, Any]:
+        c = self._calls[index]
+        return {
+            "index": index,
+            "id": c["id"],
+            "type": "function",
+            "function": {"name": c["name"], "arguments": c["arguments"]},
+        }
+
+    # -- streaming ----------------------------------------------------------
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return sse(
+            {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                ],
+            }
+        )
+
+    def start(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def encode(self, events: Iterable[Any]) -> list[bytes]:
+        out: list[bytes] = []
+        for ev in events:
+            self._track(ev)
+            if isinstance(ev, TextDelta):
+                out.append(self._chunk({"content": ev.text}))
+            elif isinstance(ev, ReasoningDelta):
+                out.append(self._chunk({"reasoning_content": ev.text}))
+            elif isinstance(ev, ToolCallStart):
+                call = {
+                    "index": ev.index,
+                    "id": ev.id,
+                    "type": "function",
+                    "function": {"name": ev.name, "arguments": ""},
+                }
+                out.append(self._chunk({"tool_calls": [call]}))
+            elif isinstance(ev, ToolCallArgsDelta):
+                frag = {"index": ev.index, "function": {"arguments": ev.fragment}}
+                out.append(self._chunk({"tool_calls": [frag]}))
+            elif isinstance(ev, ToolCallEnd) and self._dispatch:
+                body = {"choice_index": 0, "tool_call": self._tool_call_body(ev.index)}
+                out.append(sse(body, event="tool_call_dispatch"))
+            elif isinstance(ev, Finish):
+                out.extend(self._close())
+        return out
+
+    def _close(self) -> list[bytes]:
+        assert self.finish is not None
+        if self.finish.reason == "error":
+            return [self.error_chunk(self.finish.error or "engine error")]
+        missing = self.missing_required_call()
+        if missing:
+            return [self.error_chunk(missing, code="tool_call_missing")]
+        out = [self._chunk({}, self.finish_reason())]
+        if self._include_usage and self.usage is not None:
+            out.append(
+                sse(
+                    {
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": usage_body(self.usage),
+                    }
+                )
+            )
+        return out
+
+    def error_chunk(self, message: str, *, code: str | None = None) -> bytes:
+        return sse({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
+
+    # -- non-streaming ------------------------------------------------------
+    def response(self, events: Iterable[Any]) -> dict[str, Any]:
+        for ev in events:
+            self._track(ev)
+        assert self.finish is not None and self.usage is not None
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self._text) or None,
+            "reasoning_content": "".join(self._reasoning) or None,
+        }
+        done = [i for i in sorted(self._calls) if self._calls[i]["done"]]
+        if done:
+            message["tool_calls"] = [
+                {k: v for k, v in self._tool_call_body(i).items() if k != "index"} for i in done
+            ]
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason()}
+            ],
+            "usage": usage_body(self.usage),
+        }

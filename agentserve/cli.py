@@ -1,0 +1,79 @@
+"""The `agentserve` command: prepare-model, serve, doctor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _prepare_model(ns: argparse.Namespace) -> int:
+    from agentserve.prepare_model import prepare_model
+
+    print(prepare_model(Path(ns.cache_dir) if ns.cache_dir else None, force=ns.force))
+    return 0
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    """`serve run CONFIG` with this environment's Ray: the config's deployment overrides apply."""
+    serve_bin = Path(sys.executable).with_name("serve")
+    os.execv(str(serve_bin), [str(serve_bin), "run", ns.config])
+    return 1  # not reached
+
+
+def _doctor(ns: argparse.Namespace) -> int:
+    """Print what this machine will run: engine package, torch build, model checkpoint."""
+    report: dict[str, object] = {"python": sys.version.split()[0]}
+    try:
+        import torch
+
+        report["torch"] = torch.__version__
+        report["cuda"] = torch.cuda.is_available()
+    except Exception as exc:  # noqa: BLE001
+        report["torch"] = f"unavailable: {exc}"
+    try:
+        import vllm
+
+        report["vllm"] = vllm.__version__
+    except Exception as exc:  # noqa: BLE001
+        report["vllm"] = f"unavailable: {exc}"
+    for banned in ("torchvision", "torchaudio", "torchcodec"):
+        try:
+            __import__(banned)
+            report[banned] = "INSTALLED (breaks transformers beside CPU torch)"
+        except ImportError:
+            pass
+    from agentserve.prepare_model import default_cache_dir, read_manifest
+
+    report["model_checkpoint"] = str(default_cache_dir())
+    report["model_ready"] = read_manifest(default_cache_dir()) is not None
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="agentserve")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("prepare-model", help="convert the embedded SmolLM2 GGUF into a vLLM checkpoint")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=_prepare_model)
+
+    s = sub.add_parser("serve", help="deploy a Serve config (like `serve run`) and block")
+    s.add_argument("config", nargs="?", default="serve_config.yaml")
+    s.set_defaults(func=_serve)
+
+    d = sub.add_parser("doctor", help="report the engine, torch build and model checkpoint")
+    d.set_defaults(func=_doctor)
+
+    ns = parser.parse_args(argv)
+    return ns.func(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Engines: token ids in, token deltas out."""
+
+from agentserve.engines.base import Engine, EngineStats, make_engine
+
+__all__ = ["Engine", "EngineStats", "make_engine"]

@@ -1,0 +1,40 @@
+"""The engine boundary: what an engine replica must provide to the graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Protocol
+
+from agentserve.config import ServeArgs
+from agentserve.protocol import EngineDelta, PreprocessedRequest
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    active: int  # requests admitted and not yet finished
+    started: int  # requests ever started
+    aborted: int  # requests ended early by the caller (client disconnect, stop string)
+    cached_blocks: int = 0
+
+
+class Engine(Protocol):
+    async def start(self) -> None: ...
+
+    def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:
+        """Stream deltas; closing the iterator early aborts the request in the engine."""
+        ...
+
+    def stats(self) -> EngineStats: ...
+
+    async def shutdown(self) -> None: ...
+
+
+def make_engine(args: ServeArgs, model_path: Path) -> Engine:
+    if args.engine.kind == "scripted":
+        from agentserve.engines.scripted import ScriptedEngine
+
+        return ScriptedEngine.from_spec(args.engine, model_path)
+    from agentserve.engines.vllm import VllmEngine
+
+    return VllmEngine(args.engine, model_path, context_window=args.model.context_window)

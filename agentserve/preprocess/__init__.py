@@ -1,0 +1,1 @@
+"""Prompt side of the graph: render the conversation, tokenize, hash prefix blocks."""

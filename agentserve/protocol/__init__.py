@@ -1,0 +1,43 @@
+"""Typed objects that travel along the graph."""
+
+from agentserve.protocol.conversation import (
+    Block,
+    Conversation,
+    ImageBlock,
+    NamedToolChoice,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Turn,
+)
+from agentserve.protocol.requests import (
+    AgentHints,
+    EngineDelta,
+    FinishReason,
+    GenerationRequest,
+    PreprocessedRequest,
+    RouteDecision,
+    SamplingParams,
+)
+
+__all__ = [
+    "AgentHints",
+    "Block",
+    "Conversation",
+    "EngineDelta",
+    "FinishReason",
+    "GenerationRequest",
+    "ImageBlock",
+    "NamedToolChoice",
+    "PreprocessedRequest",
+    "ReasoningBlock",
+    "RouteDecision",
+    "SamplingParams",
+    "TextBlock",
+    "ToolCallBlock",
+    "ToolResultBlock",
+    "ToolSpec",
+    "Turn",
+]

@@ -1,0 +1,111 @@
+"""The API-neutral conversation every wire API decodes into.
+
+Blocks keep their original order inside a turn, so an assistant turn that went
+reasoning -> tool call -> reasoning -> tool call replays exactly that way.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TextBlock(_Block):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ReasoningBlock(_Block):
+    type: Literal["reasoning"] = "reasoning"
+    text: str
+    signature: str | None = None  # opaque; echoed back by clients, never interpreted
+
+
+class ToolCallBlock(_Block):
+    type: Literal["tool_call"] = "tool_call"
+    id: str
+    name: str
+    arguments: str  # the JSON object text exactly as the model produced it
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"] = "tool_result"
+    tool_call_id: str
+    content: str
+    is_error: bool = False
+
+
+class ImageBlock(_Block):
+    type: Literal["image"] = "image"
+    url: str  # http(s) or data: URL
+
+
+Block = Annotated[
+    Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, ImageBlock],
+    Field(discriminator="type"),
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class Turn(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    blocks: tuple[Block, ...]
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
+
+
+class ToolSpec(BaseModel):
+    """A function the model may call; `parameters` is its JSON schema."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def openai_schema(self) -> dict[str, Any]:
+        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
+
+
+
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+
+
+class Conversation(BaseModel):
+    """Ordered turns plus the tools on offer: everything the prompt is rendered from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turns: tuple[Turn, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice = "auto"
+
+    def last_user_text(self) -> str:
+        """Text of the last user or tool-result turn (what a scripted engine matches on)."""
+        for turn in reversed(self.turns):
+            if turn.role in ("user", "tool"):
+                parts = []
+                for b in turn.blocks:
+                    if isinstance(b, TextBlock):
+                        parts.append(b.text)
+                    elif isinstance(b, ToolResultBlock):
+                        parts.append(b.content)
+                return "".join(parts)
+        return ""

@@ -1,0 +1,56 @@
+"""API-neutral request errors; each wire API renders them in its own envelope."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ErrorKind = Literal[
+    "invalid_request",  # 400
+    "authentication",  # 401
+    "permission",  # 403
+    "not_found",  # 404
+    "too_large",  # 413
+    "rate_limit",  # 429
+    "internal",  # 500
+    "overloaded",  # 503 / 529
+]
+
+STATUS: dict[ErrorKind, int] = {
+    "invalid_request": 400,
+    "authentication": 401,
+    "permission": 403,
+    "not_found": 404,
+    "too_large": 413,
+    "rate_limit": 429,
+    "internal": 500,
+    "overloaded": 503,
+}
+
+
+class RequestError(Exception):
+    """A failure the client should see as a 4xx/5xx with a clear message, never a bare 500."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.param = param
+        self.code = code
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.kind]
+
+    def __reduce__(self):  # survive the Ray hop with keyword arguments intact
+        return (_rebuild, (self.kind, self.message, self.param, self.code))
+
+
+def _rebuild(kind: ErrorKind, message: str, param: str | None, code: str | None) -> RequestError:
+    return RequestError(kind, message, param=param, code=code)

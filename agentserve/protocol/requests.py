@@ -1,0 +1,96 @@
+"""Typed messages that travel along the graph: ingress -> preprocessor -> router -> engine."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentserve.protocol.conversation import Conversation
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    max_tokens: int | None = None  # None: up to the model's context window
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()  # applied to decoded text in the ingress, engine-agnostic
+    ignore_eos: bool = False
+
+
+class AgentHints(BaseModel):
+    """Scheduling hints a harness may send (`nvext.agent_hints` or `x-agentserve-*` headers)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    priority: int = 0
+    latency_sensitivity: float | None = None
+    osl: int | None = None  # expected output length
+    session_id: str | None = None
+
+
+class GenerationRequest(BaseModel):
+    """What every wire API decodes into: one conversation to continue, API-neutral."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    model: str
+    conversation: Conversation
+    sampling: SamplingParams = SamplingParams()
+    hints: AgentHints = AgentHints()
+    # Extra chat-template variables the client asked for (e.g. enable_thinking).
+    template_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class PreprocessedRequest(BaseModel):
+    """A rendered, tokenized prompt ready for routing and the engine."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    model: str
+    token_ids: list[int]
+    block_hashes: list[int]  # chained hashes of full prefix blocks, engine block size
+    sampling: SamplingParams
+    hints: AgentHints = AgentHints()
+    max_tokens: int  # resolved against the context window
+    reasoning_started: bool = False  # the prompt already opened a reasoning block
+    # Last user / tool-result text: what a deterministic (scripted) engine matches on.
+    match_text: str = ""
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+class RouteDecision(BaseModel):
+    """Which engine replica serves a request, and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    replica_id: str | None  # Ray Serve replica unique id; None = let Serve pick
+    overlap_blocks: int = 0
+    reason: Literal["least_loaded", "prefix", "affinity", "only_replica", "no_replica"] = "least_loaded"
+
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+class EngineDelta(BaseModel):
+    """New tokens from the engine; one or more coalesced engine steps."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_ids: list[int]
+    finish_reason: FinishReason | None = None
+    num_cached_tokens: int | None = None  # set on the first delta
+    prompt_tokens: int | None = None  # set on the first delta
+    error: str | None = None

@@ -1,0 +1,5 @@
+"""Deciding which engine replica serves a request."""
+
+from agentserve.routing.least_loaded import LeastLoadedPolicy
+
+__all__ = ["LeastLoadedPolicy"]

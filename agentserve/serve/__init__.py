@@ -1,0 +1,1 @@
+"""Ray Serve deployments wrapping the plain components; `build_app` assembles the graph."""

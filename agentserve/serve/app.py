@@ -1,0 +1,22 @@
+"""build_app: the `import_path` target of serve_config.yaml."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from agentserve.config import ServeArgs
+from agentserve.serve.engine import EngineReplica
+from agentserve.serve.ingress import Ingress
+from agentserve.serve.preprocessor import PreprocessorReplica
+from agentserve.serve.router import RouterReplica
+
+
+def build_app(args: dict[str, Any] | None = None) -> Application:
+    """Ingress -> Preprocessor -> Router -> Engine replicas, wired as Ray Serve deployments."""
+    config = ServeArgs.from_any(args).model_dump(mode="json")
+    router = RouterReplica.bind(config)
+    engine = EngineReplica.bind(config, router)
+    preprocessor = PreprocessorReplica.bind(config)
+    return Ingress.bind(config, preprocessor, router, engine)

@@ -1,0 +1,103 @@
+"""The request path shared by every API: preprocess -> route -> engine stream -> postprocess.
+
+It turns one GenerationRequest into batches of StreamEvents and owns the request's lifetime:
+a consumer that stops early (client gone, stop string) cancels the engine stream, which aborts
+the engine request; the router is always told the request ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from ray.serve.handle import DeploymentHandle
+
+from agentserve import metrics
+from agentserve.config import ModelSpec
+from agentserve.postprocess import Postprocessor
+from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest
+
+logger = logging.getLogger("ray.serve")
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """How to parse one request's output (decided by the API from the request)."""
+
+    tools: list[dict[str, Any]]
+    parse_tool_calls: bool = True
+    parse_reasoning: bool = True
+    id_factory: Callable[[], str] | None = None
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        preprocessor: DeploymentHandle,
+        router: DeploymentHandle,
+        engine: DeploymentHandle,
+        tokenizer: Any,
+    ) -> None:
+        self._pre = preprocessor
+        self._router = router
+        self._engine = engine.options(stream=True)
+        self._tokenizer = tokenizer
+
+    async def prepare(self, request: GenerationRequest) -> PreprocessedRequest:
+        return await self._pre.preprocess.remote(request)
+
+    async def events(
+        self,
+        pre: PreprocessedRequest,
+        model: ModelSpec,
+        options: ParseOptions,
+        *,
+        api: str,
+        arrived: float,
+    ) -> AsyncIterator[list[Any]]:
+        post = Postprocessor(
+            self._tokenizer,
+            reasoning_parser=model.reasoning_parser if options.parse_reasoning else None,
+            tool_call_parser=model.tool_call_parser if options.parse_tool_calls else None,
+            tools=options.tools,
+            stop=pre.sampling.stop,
+            reasoning_started=pre.reasoning_started,
+            skip_special_tokens=model.skip_special_tokens,
+            id_factory=options.id_factory,
+        )
+        route = await self._router.route.remote(pre)
+        stream = self._engine.generate.remote(pre, route)
+        last = None
+        try:
+            try:
+                async for delta in stream:
+                    now = time.perf_counter()
+                    if last is None:
+                        metrics.TTFT.labels(api, model.id).observe(now - arrived)
+                    elif delta.token_ids:
+                        metrics.ITL.labels(model.id).observe((now - last) / len(delta.token_ids))
+                    last = now
+                    events = post.feed(delta)
+                    if events:
+                        yield events
+                    if post.finish_reason is not None:
+                        break
+            except Exception as exc:  # the engine replica died or failed mid-stream
+                logger.warning("engine stream for %s failed: %r", pre.request_id, exc)
+                error = EngineDelta(token_ids=[], finish_reason="error", error=f"engine failure: {exc}")
+                yield post.feed(error)
+            if post.finish_reason is None:
+                yield post.feed(
+                    EngineDelta(token_ids=[], finish_reason="error", error="engine stream ended early")
+                )
+            metrics.PROMPT_TOKENS.labels(model.id).inc(post.prompt_tokens)
+            metrics.CACHED_TOKENS.labels(model.id).inc(post.cached_tokens)
+            metrics.COMPLETION_TOKENS.labels(model.id).inc(post.completion_tokens)
+            if post.prompt_tokens:
+                metrics.CACHED_RATIO.labels(model.id).observe(post.cached_tokens / post.prompt_tokens)
+        finally:
+            stream.cancel()  # no-op when finished; aborts the engine request otherwise
+            self._router.release.remote(pre.request_id)

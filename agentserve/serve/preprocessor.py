@@ -1,0 +1,31 @@
+"""Preprocessor deployment: rendering and tokenization, scaled on CPU apart from the ingress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+
+from agentserve.config import ServeArgs
+from agentserve.preprocess.preprocessor import Preprocessor
+from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest
+
+
+@serve.deployment(name="Preprocessor", max_ongoing_requests=256)
+class PreprocessorReplica:
+    def __init__(self, args: dict[str, Any]) -> None:
+        a = ServeArgs.from_any(args)
+        self._pre = Preprocessor(a.model, str(a.model.resolve_path()), a.engine.block_size)
+
+    def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:
+        return self._pre.preprocess(request)
+
+    def render_tokens(
+        self, conversation: Conversation, template_kwargs: dict[str, Any], add_generation_prompt: bool
+    ) -> list[int]:
+        return self._pre.render(
+            conversation, template_kwargs, add_generation_prompt=add_generation_prompt
+        ).token_ids
+
+    def tokenize_text(self, text: str, add_special_tokens: bool) -> list[int]:
+        return self._pre.tokenize_text(text, add_special_tokens)

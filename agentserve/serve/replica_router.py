@@ -1,0 +1,36 @@
+"""A Ray Serve RequestRouter that sends a request to the engine replica the Router chose.
+
+It runs inside the caller's handle (the ingress), so honouring the decision costs no extra hop.
+If the chosen replica is gone, Serve's candidates are used as they come.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+
+from agentserve.protocol import RouteDecision
+
+
+def _decision(pending: Optional[PendingRequest]) -> RouteDecision | None:
+    if pending is None:
+        return None
+    for value in (*pending.args, *pending.kwargs.values()):
+        if isinstance(value, RouteDecision):
+            return value
+    return None
+
+
+class PinnedReplicaRouter(RequestRouter):
+    async def choose_replicas(
+        self,
+        candidate_replicas: List[RunningReplica],
+        pending_request: Optional[PendingRequest] = None,
+    ) -> List[List[RunningReplica]]:
+        decision = _decision(pending_request)
+        if decision is not None and decision.replica_id is not None:
+            pinned = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica_id]
+            if pinned:
+                return [pinned]
+        return [candidate_replicas]

@@ -1,0 +1,53 @@
+"""Shared fixtures: the prepared embedded model, and a helper that runs the real Ray Serve graph."""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    from agentserve.prepare_model import prepare_model
+
+    return prepare_model()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_path: Path):
+    from agentserve.preprocess.tokenizer import load_tokenizer
+
+    return load_tokenizer(str(model_path))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_graph(args: dict[str, Any], *, name: str = "agentserve") -> Iterator[str]:
+    """Start Ray, deploy build_app(args) through Serve, yield the base URL, tear everything down."""
+    import ray
+    from ray import serve
+
+    from agentserve.serve.app import build_app
+
+    port = free_port()
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(args), name=name, route_prefix="/")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+
+from tests.conftest import running_graph
+
+# Raw model output, markers included, as the scripted engine replays it token by token.
+REASONING_TWO_CALLS = (
+    "<think>I should look up both cities.</think>"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich", "units": {"temp": "C"}}}\n</tool_call>'
+    "Checking both now."
+)
+
+RULES = [
+    {"match": "weather", "reply": REASONING_TWO_CALLS, "itl_ms": 2},
+    {"match": "slow", "reply": "tick " * 400, "itl_ms": 25},
+    {"match": "stopword", "reply": "one two STOP three four", "itl_ms": 0},
+    {"match": "think", "reply": "<think>Let me think.</think>The answer is 4.", "itl_ms": 0},
+    {"match": "", "reply": "Hello! How can I help?", "itl_ms": 0},
+]
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "units": {"type": "object"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def graph_url(model_path) -> Iterator[str]:
+    args = {
+        "engine": {"kind": "scripted", "block_size": 16, "rules": RULES},
+        "enable_streaming_tool_dispatch": True,
+    }
+    with running_graph(args) as url:
+        yield url
+
+
+def sse_events(lines) -> list[tuple[str | None, str]]:
+    """(event name, data) pairs from an SSE line iterator."""
+    out, event = [], None
+    for line in lines:
+        if line.startswith("event:"):
+            event = line[len("event:") :].strip()
+        elif line.startswith("data:"):
+            out.append((event, line[len("data:") :].strip()))
+            event = None
+    return out
+
+
+def data_json(events) -> list[dict]:
+    return [json.loads(d) for _, d in events if d != "[DONE]"]
