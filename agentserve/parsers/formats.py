@@ -1,0 +1,78 @@
+"""The registry: tool-call format names -> block formats, built from the per-family modules."""
+
+from __future__ import annotations
+
+from .reasoning import REASONING_FORMATS
+from .schema import ToolIndex
+from .sink import CallSink
+from .tools.base import BlockFormat, Body
+from .tools.json_calls import JsonCallsBody
+from .tools.mistral import TOOL_CALLS, MistralBody
+from .tools.pythonic import PY_START, PythonicBody
+from .tools.sep_calls import DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, SepBody, SepFormat
+from .tools.xml_calls import GLM47, MINIMAX_M2, QWEN3_CODER, XmlBody, XmlFormat
+
+__all__ = ["TOOL_FORMATS", "HARMONY", "GPT_OSS", "reasoning_parsers", "tool_call_parsers"]
+
+HARMONY = "harmony"  # tool-call name handled by harmony.HarmonyStage
+GPT_OSS = "gpt_oss"  # reasoning name handled by harmony.HarmonyStage
+
+
+def _json_block(name: str, start: str, end: str) -> BlockFormat:
+    def make(_m: str, sink: CallSink, _tools: ToolIndex) -> Body:
+        return JsonCallsBody(sink, end)
+
+    return BlockFormat(name, (start,), make)
+
+
+def _sep(name: str, f: SepFormat) -> BlockFormat:
+    def make(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
+        return SepBody(f, m, sink)
+
+    return BlockFormat(name, (f.section_open, f.call_open), make)
+
+
+def _xml(name: str, start: str, f: XmlFormat) -> BlockFormat:
+    def make(_m: str, sink: CallSink, tools: ToolIndex) -> Body:
+        return XmlBody(f, sink, tools)
+
+    return BlockFormat(name, (start,), make)
+
+
+def _llama3(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
+    return JsonCallsBody(sink, None, ",;")
+
+
+def _pythonic(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
+    return PythonicBody(sink, m)
+
+
+def _mistral(_m: str, sink: CallSink, _tools: ToolIndex) -> Body:
+    return MistralBody(sink)
+
+
+TOOL_FORMATS: dict[str, BlockFormat] = {
+    "hermes": _json_block("hermes", "<tool_call>", "</tool_call>"),
+    "nemotron_deci": _json_block("nemotron_deci", "<TOOLCALL>", "</TOOLCALL>"),
+    "llama3_json": BlockFormat("llama3_json", ("<|python_tag|>",), _llama3, bare_start="{"),
+    "pythonic": BlockFormat("pythonic", (PY_START,), _pythonic, bare_start="["),
+    "mistral": BlockFormat("mistral", (TOOL_CALLS,), _mistral),
+    "deepseek_v3": _sep("deepseek_v3", DEEPSEEK_V3),
+    "deepseek_v31": _sep("deepseek_v31", DEEPSEEK_V31),
+    "deepseek_v3_1": _sep("deepseek_v3_1", DEEPSEEK_V31),  # Dynamo's spelling
+    "kimi_k2": _sep("kimi_k2", KIMI_K2),
+    "qwen3_coder": _xml("qwen3_coder", "<tool_call>", QWEN3_CODER),
+    "minimax_m2": _xml("minimax_m2", "<minimax:tool_call>", MINIMAX_M2),
+    "glm47": _xml("glm47", "<tool_call>", GLM47),
+    "glm45": _xml("glm45", "<tool_call>", GLM47),
+}
+
+
+def reasoning_parsers() -> tuple[str, ...]:
+    """Registered reasoning parser names, sorted."""
+    return tuple(sorted([*REASONING_FORMATS, GPT_OSS]))
+
+
+def tool_call_parsers() -> tuple[str, ...]:
+    """Registered tool-call parser names, sorted."""
+    return tuple(sorted([*TOOL_FORMATS, HARMONY]))

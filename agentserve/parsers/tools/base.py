@@ -1,0 +1,145 @@
+"""The generic tool-call stage: answer text outside blocks, a format-specific `Body` inside each block.
+
+A format is data: the markers that open a block (and optionally a character that opens a block when it is the
+first thing the model writes, for llama3_json and pythonic) plus a factory for the body that parses one block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..jsonscan import WS
+from ..scanner import EMPTY, MarkerScanner, MarkerSet
+from ..schema import ToolIndex
+from ..sink import CallSink
+from ..text import TextOut
+
+__all__ = ["Body", "BlockFormat", "BlockStage", "CONT", "DONE", "DONE_UNREAD"]
+
+CONT, DONE, DONE_UNREAD = 0, 1, 2
+
+
+class Body:
+    """Parses one tool-call block. `markers` is the marker set of its current state."""
+
+    markers: MarkerSet = EMPTY
+    rejected: str | None = None  # set (with on_text returning an index) when the block was not a call after all
+
+    def on_text(self, text: str) -> int | None:
+        """Consume text; return None, or the index where the block ended (the rest is answer text again)."""
+        raise NotImplementedError
+
+    def on_marker(self, marker: str) -> int:
+        """Consume a marker; CONT, DONE, or DONE_UNREAD (block ended, marker belongs to the outer text)."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """The stream ended inside the block: close or report the open call."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    name: str
+    open_markers: tuple[str, ...]
+    make_body: Callable[[str, CallSink, ToolIndex], Body]  # (opening marker or bare char, sink, tools)
+    bare_start: str = ""  # a character that opens a block when it is the first non-space output
+
+
+class BlockStage:
+    """Answer text with embedded tool-call blocks, fed incrementally."""
+
+    def __init__(self, fmt: BlockFormat, sink: CallSink, text: TextOut, tools: ToolIndex) -> None:
+        self.fmt = fmt
+        self.sink = sink
+        self.text = text
+        self.tools = tools
+        self.scanner = MarkerScanner()
+        self._open = MarkerSet(fmt.open_markers)
+        self._probe = bool(fmt.bare_start)
+        self.body: Body | None = None
+
+    @property
+    def in_block(self) -> bool:
+        return self.body is not None
+
+    def _open_body(self, marker: str) -> None:
+        self.text.before_block()
+        self._probe = False
+        self.body = self.fmt.make_body(marker, self.sink, self.tools)
+        if marker != self.fmt.bare_start:
+            self.sink.raw.append(marker)
+
+    def _close_body(self) -> None:
+        self.body = None
+        self.sink.forget_raw()
+        self.text.boundary()
+
+    def _outer_text(self, t: str, m: str | None) -> bool:
+        """Handle answer text; True when a bare block opened (the text was pushed back)."""
+        if self._probe:
+            k = len(t) - len(t.lstrip(WS))
+            if k == len(t):
+                self.text.emit(t)
+                return False
+            if t[k] == self.fmt.bare_start and not self.text.emitted:
+                self.text.emit(t[:k])
+                self.scanner.unread(t[k:] + (m or ""))
+                self._open_body(self.fmt.bare_start)
+                return True
+            self._probe = False
+        self.text.emit(t)
+        return False
+
+    def feed(self, data: str, final: bool = False) -> None:
+        sc = self.scanner
+        if data:
+            sc.push(data)
+        while True:
+            body = self.body
+            if body is None:
+                piece = sc.next(self._open, final)
+                if piece is None:
+                    break
+                t, m = piece
+                if t and self._outer_text(t, m):
+                    continue
+                if m:
+                    self._open_body(m)
+                continue
+            piece = sc.next(body.markers, final)
+            if piece is None:
+                break
+            t, m = piece
+            if t:
+                self.sink.raw.append(t)
+                k = body.on_text(t)
+                if k is not None:
+                    rest = t[k:]
+                    if rest:
+                        self.sink.raw[-1] = t[:k]
+                    if body.rejected is not None:
+                        self._probe = False
+                        self.text.emit(body.rejected)
+                        self.body = None
+                        self.sink.forget_raw()
+                    else:
+                        self._close_body()
+                    sc.unread(rest + (m or ""))
+                    continue
+            if m:
+                self.sink.raw.append(m)
+                r = body.on_marker(m)
+                if r != CONT:
+                    if r == DONE_UNREAD:
+                        self.sink.raw.pop()
+                        sc.unread(m)
+                    self._close_body()
+        if final:
+            if self.body is not None:
+                body, self.body = self.body, None
+                body.finish()
+                if body.rejected is not None:
+                    self.text.emit(body.rejected)
+            self.sink.forget_raw()

@@ -1,0 +1,189 @@
+"""Pythonic tool calls (Llama 3.2/4, Olmo): `[get_weather(city="Paris", days=3), ping()]`, bare at the start of the
+output or wrapped in `<|python_start|>…<|python_end|>`.
+
+Keyword values are Python literals; each is converted to JSON when it completes (`{"city": "Paris"` then
+`, "days": 3` then `}`). A bare `[` that does not continue as `[name(` is answer text after all.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+from ..jsonscan import WS
+from ..scanner import EMPTY, MarkerSet
+from ..sink import CallSink
+from .base import DONE, Body
+
+__all__ = ["PythonicBody", "PY_START", "PY_END"]
+
+PY_START = "<|python_start|>"
+PY_END = "<|python_end|>"
+
+_LIST, _CALL, _NAME, _KEY, _VAL, _AFTER, _DONE, _BAD = range(8)
+_IDENT = re.compile(r"[A-Za-z0-9_.\-]")
+_VAL_STOP = re.compile(r"""[\\'"()\[\]{},]""")
+_END_SET = MarkerSet((PY_END,))
+
+
+class PythonicBody(Body):
+    def __init__(self, sink: CallSink, opened_by: str) -> None:
+        self.sink = sink
+        self.wrapped = opened_by == PY_START
+        self.markers = _END_SET if self.wrapped else EMPTY
+        self.st = _LIST
+        self.probe: list[str] | None = None if self.wrapped else []  # text seen before the first call commits
+        self.nparams = 0
+        self.tok: list[str] = []
+        self.key = ""
+        self.depth = 0
+        self.quote = ""
+        self.esc = False
+
+    def _not_a_call(self, i: int, t: str) -> int | None:
+        if self.probe is not None:  # nothing committed: this was answer text
+            self.rejected = "".join(self.probe) + t[:i]
+            return i
+        return self._bad("malformed pythonic tool call")
+
+    def _bad(self, msg: str) -> None:
+        """Report the broken call and ignore the rest of the block (up to <|python_end|> or end of stream)."""
+        self.sink.error(msg)
+        self.st = _BAD
+        return None
+
+    def _param(self) -> str | None:
+        src = "".join(self.tok).strip()
+        self.tok = []
+        try:
+            value = json.dumps(ast.literal_eval(src), ensure_ascii=False)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return f"argument {self.key!r} is not a Python literal"
+        head = "{" if self.nparams == 0 else ", "
+        self.nparams += 1
+        self.sink.args(f"{head}{json.dumps(self.key, ensure_ascii=False)}: {value}")
+        return None
+
+    def _end_call(self) -> None:
+        self.sink.args("}" if self.nparams else "{}")
+        self.sink.end(validate=False)
+        self.st = _AFTER
+
+    def on_text(self, t: str) -> int | None:
+        i, n = 0, len(t)
+        while i < n:
+            st = self.st
+            if st == _BAD or st == _DONE:
+                return i if (st == _DONE and not self.wrapped) else None
+            if st == _VAL:
+                i = self._scan_value(t, i)
+                if i == -1:
+                    return None
+                if i == -2:
+                    return self._bad("unbalanced brackets in a pythonic tool call")
+                err = self._param()
+                if err:
+                    return self._bad(err)
+                self.st = _KEY
+                if t[i] == ")":
+                    self._end_call()
+                i += 1
+                continue
+            c = t[i]
+            if (st == _NAME or st == _KEY) and _IDENT.match(c):
+                self.tok.append(c)
+                i += 1
+                continue
+            if c in WS:
+                i += 1
+                continue
+            if st == _LIST:
+                if c == "[":
+                    self.st = _CALL
+                elif self.wrapped and _IDENT.match(c):
+                    self.st, self.tok = _NAME, [c]  # a single call without the list brackets
+                else:
+                    return self._not_a_call(i, t)
+            elif st == _CALL:
+                if c == "]" and self.probe is None:
+                    self.st = _DONE
+                elif _IDENT.match(c) and not (c.isdigit() or c in ".-"):
+                    self.st, self.tok = _NAME, [c]
+                else:
+                    return self._not_a_call(i, t)
+            elif st == _NAME:
+                if c != "(":
+                    return self._not_a_call(i, t)
+                self.probe = None
+                self.sink.start("".join(self.tok))
+                self.st, self.tok, self.nparams = _KEY, [], 0
+            elif st == _KEY:
+                if c == ")" and not self.tok:
+                    self._end_call()
+                elif c == "," and not self.tok:
+                    pass
+                elif c == "=" and self.tok:
+                    self.key = "".join(self.tok)
+                    self.st, self.tok, self.depth, self.quote, self.esc = _VAL, [], 0, "", False
+                else:
+                    return self._bad("pythonic tool call with a positional or malformed argument")
+            elif st == _AFTER:
+                if c == ",":
+                    self.st = _CALL
+                elif c == "]":
+                    self.st = _DONE
+                else:
+                    return self._bad("expected ',' or ']' after a pythonic tool call")
+            i += 1
+        if self.probe is not None:
+            self.probe.append(t)
+        return None
+
+    def _scan_value(self, t: str, i: int) -> int:
+        """Collect a keyword value; return the index of the ',' or ')' that ends it, -1 if it goes on, -2 if bad."""
+        n = len(t)
+        begin = i
+        while i < n:
+            if self.esc:
+                self.esc = False
+                i += 1
+                continue
+            m = _VAL_STOP.search(t, i)
+            if m is None:
+                break
+            i = m.start()
+            c = t[i]
+            if self.quote:
+                if c == "\\":
+                    self.esc = True
+                elif c == self.quote:
+                    self.quote = ""
+            elif c == "'" or c == '"':
+                self.quote = c
+            elif c in "([{":
+                self.depth += 1
+            elif c in ")]}":
+                if self.depth == 0:
+                    self.tok.append(t[begin:i])
+                    return i if c == ")" else -2
+                self.depth -= 1
+            elif c == "," and self.depth == 0:
+                self.tok.append(t[begin:i])
+                return i
+            i += 1
+        self.tok.append(t[begin:])
+        return -1
+
+    def on_marker(self, marker: str) -> int:
+        if self.st not in (_DONE, _BAD, _AFTER):
+            self.sink.error("pythonic tool call closed before it ended")
+        return DONE
+
+    def finish(self) -> None:
+        if self.st in (_BAD, _DONE, _AFTER):
+            return
+        if self.probe is not None and self.st != _NAME:
+            self.rejected = "".join(self.probe)  # a lone "[" at the end: answer text
+            return
+        self.sink.truncated()
