@@ -126,7 +126,9 @@ def prepare_model(cache_dir: Path | None = None, *, force: bool = False) -> Path
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             staging.chmod(0o755)
-            _convert(gguf_path, staging, template, template_sha)
+            source = _source_info(gguf_path)
+            _convert(gguf_path, staging, template)
+            _write_manifest(staging, source, template_sha)  # last: marks the checkpoint complete
             _swap_into_place(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -138,23 +140,26 @@ def prepare_model(cache_dir: Path | None = None, *, force: bool = False) -> Path
 # --------------------------------------------------------------------------------------------------- conversion
 
 
-def _convert(gguf_path: Path, out_dir: Path, template: str, template_sha: str) -> None:
-    """Dequantize ``gguf_path`` and write a complete checkpoint, manifest last, into ``out_dir``."""
+def _source_info(gguf_path: Path) -> dict[str, Any]:
+    logger.info("hashing %s", gguf_path)
+    stat = gguf_path.stat()
+    return {
+        "package": GGUF_PACKAGE,
+        "package_version": _package_version(GGUF_PACKAGE),
+        "file": gguf_path.name,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": _sha256_file(gguf_path),
+    }
+
+
+def _convert(gguf_path: Path, out_dir: Path, template: str) -> None:
+    """Dequantize ``gguf_path`` and write the checkpoint files (all but the manifest) into ``out_dir``."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     started = time.monotonic()
-    logger.info("hashing %s", gguf_path)
-    source = {
-        "package": GGUF_PACKAGE,
-        "package_version": _package_version(GGUF_PACKAGE),
-        "file": gguf_path.name,
-        "size": gguf_path.stat().st_size,
-        "mtime_ns": gguf_path.stat().st_mtime_ns,
-        "sha256": _sha256_file(gguf_path),
-    }
-
     logger.info("dequantizing %s with transformers (takes ~20-30 s)", gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
@@ -200,20 +205,23 @@ def _convert(gguf_path: Path, out_dir: Path, template: str, template_sha: str) -
     tokenizer.save_pretrained(out_dir)
     _write_template_files(out_dir, template)
     _check_special_tokens(out_dir)
+    logger.info("checkpoint files written in %.1f s", time.monotonic() - started)
 
+
+def _write_manifest(checkpoint_dir: Path, source: dict[str, Any], template_sha: str) -> None:
+    """Write the manifest after flushing every other file: its presence marks a complete checkpoint."""
     manifest = {
         "format": MANIFEST_FORMAT,
         "model_id": DEFAULT_MODEL_ID,
         "source": source,
         "template": {"file": TEMPLATE_NAME, "sha256": template_sha},
-        "weights": {"file": WEIGHTS_NAME, "size": (out_dir / WEIGHTS_NAME).stat().st_size, "dtype": "bfloat16"},
-        "files": sorted(p.name for p in out_dir.iterdir()) + [MANIFEST_NAME],
+        "weights": {"file": WEIGHTS_NAME, "size": (checkpoint_dir / WEIGHTS_NAME).stat().st_size, "dtype": "bfloat16"},
+        "files": sorted(p.name for p in checkpoint_dir.iterdir() if not p.name.startswith(".")),
         "transformers_version": _package_version("transformers"),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    _fsync_dir_files(out_dir)
-    _write_json_atomic(out_dir / MANIFEST_NAME, manifest)
-    logger.info("checkpoint built in %.1f s", time.monotonic() - started)
+    _fsync_dir_files(checkpoint_dir)
+    _write_json_atomic(checkpoint_dir / MANIFEST_NAME, manifest)
 
 
 def _write_template_files(checkpoint_dir: Path, template: str) -> None:
