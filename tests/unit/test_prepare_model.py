@@ -83,6 +83,26 @@ def test_uses_default_cache_dir(fake, monkeypatch):
     assert pm.read_manifest(fake.target) is not None
 
 
+def test_concurrent_callers_convert_once(fake, monkeypatch):
+    import threading
+
+    convert = pm._convert
+
+    def slow_convert(*args):
+        time.sleep(0.3)
+        convert(*args)
+
+    monkeypatch.setattr(pm, "_convert", slow_convert)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(pm.prepare_model(fake.target))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [fake.target] * 3
+    assert len(fake.calls) == 1
+
+
 def test_crash_during_conversion_leaves_nothing(fake, monkeypatch):
     def crash(gguf_path, out_dir, template):
         (out_dir / pm.WEIGHTS_NAME).write_bytes(b"half")
@@ -246,3 +266,43 @@ def test_greedy_generation_answers_paris(checkpoint):
         output = model.generate(**inputs, max_new_tokens=12, do_sample=False)
     answer = tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer, answer
+
+
+def test_rendered_turns_are_token_prefixes(checkpoint):
+    """With the real tokenizer: tokens(prompt of turn N) + tokens(generated) + <|im_end|> start tokens(turn N+1)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+    def call(name, arguments, call_id):
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+    messages = [
+        {"role": "user", "content": "Compare the weather in Paris and Rome."},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "I need both cities.",
+            "tool_calls": [call("get_weather", '{"city": "Paris"}', "c1"), call("get_weather", {"city": "Rome"}, "c2")],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+        {"role": "tool", "tool_call_id": "c2", "content": "22C"},
+        {"role": "assistant", "content": "Paris is 18C, Rome 22C.", "reasoning_content": "Both known."},
+        {"role": "system", "content": "Answer in French from now on."},
+        {"role": "user", "content": "Merci"},
+        {"role": "assistant", "content": "De rien !"},
+    ]
+
+    def encode(text):
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    full = encode(tokenizer.apply_chat_template(messages, tools=[tool], tokenize=False))
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = tokenizer.apply_chat_template(messages[:i], tools=[tool], tokenize=False, add_generation_prompt=True)
+        turn = tokenizer.apply_chat_template(messages[: i + 1], tools=[tool], tokenize=False)
+        generated = turn[len(prompt) :].removesuffix("<|im_end|>\n")
+        expected = encode(prompt) + encode(generated) + [tokenizer.eos_token_id]
+        assert full[: len(expected)] == expected
