@@ -62,7 +62,8 @@ class ToolCallEnd:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallError:
-    """The call region at `index` is malformed; `raw` is the model text of the region.
+    """The call region at `index` is malformed; `raw` is the model text of the region, at least up to the point
+    where the error was found (it may include the rest of the delta that carried the error).
 
     It may follow a `ToolCallStart` and some `ToolCallArgsDelta`s: it then cancels that call (no
     `ToolCallEnd` follows). It may also come alone, when no name could be read.

@@ -47,6 +47,7 @@ class StreamParser:
         self.tool_calls = tool_calls
         self._events: list[Event] = []
         self._finished = False
+        self.internal_errors: list[Exception] = []  # parser bugs caught by feed()/finish() (see _degrade)
         out = self._events
         self._text = TextOut(out)
         self._sink = CallSink(out, id_factory or default_id)
@@ -120,8 +121,10 @@ class StreamParser:
 
     def _degrade(self, delta: str, exc: Exception) -> list[Event]:
         """Internal error: stop parsing and pass everything from here on as text (never raise, never drop)."""
+        self.internal_errors.append(exc)
         self._harmony = self._reasoning = self._tools = None
-        self._events.append(TextDelta(delta))
+        if delta:
+            self._events.append(TextDelta(delta))
         return self._take()
 
     @property

@@ -117,8 +117,9 @@ class BlockStage:
                 k = body.on_text(t)
                 if k is not None:
                     rest = t[k:]
-                    if rest:
-                        self.sink.raw[-1] = t[:k]
+                    raw = self.sink.raw
+                    if rest and raw and raw[-1] is t:
+                        raw[-1] = t[:k]
                     if body.rejected is not None:
                         self._probe = False
                         self.text.emit(body.rejected)
@@ -133,7 +134,8 @@ class BlockStage:
                 r = body.on_marker(m)
                 if r != CONT:
                     if r == DONE_UNREAD:
-                        self.sink.raw.pop()
+                        if self.sink.raw and self.sink.raw[-1] is m:
+                            self.sink.raw.pop()
                         sc.unread(m)
                     self._close_body()
         if final:
