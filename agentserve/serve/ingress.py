@@ -128,7 +128,7 @@ class Ingress:
             events = self._pipeline.events(pre, model, options, api="chat", arrived=arrived)
             if body.stream:
                 return StreamingResponse(
-                    _chat_stream(encoder, events), media_type="text/event-stream", headers=SSE_HEADERS
+                    encoder.stream(events), media_type="text/event-stream", headers=SSE_HEADERS
                 )
             collected = [ev async for batch in events for ev in batch]
             result = encoder.response(collected)
@@ -193,13 +193,3 @@ class Ingress:
     async def metrics_endpoint(self) -> Response:
         return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-
-async def _chat_stream(
-    encoder: chat_completions.ChatEncoder, events: AsyncIterator[list[Any]]
-) -> AsyncIterator[bytes]:
-    yield encoder.start()
-    async for batch in events:
-        chunks = encoder.encode(batch)
-        if chunks:
-            yield b"".join(chunks)
-    yield chat_completions.encode.DONE
