@@ -1,0 +1,1 @@
+"""One handler per wire API: decode the HTTP request, run the pipeline, encode the reply."""

@@ -1,0 +1,40 @@
+"""Small HTTP helpers every API handler uses: body parsing into a pydantic model, request ids, SSE headers."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from agentserve.protocol.errors import RequestError
+
+M = TypeVar("M", bound=BaseModel)
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def describe_validation(errors: list[Any]) -> str:
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+        parts.append(f"{loc or 'body'}: {e.get('msg')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    raw = await request.body()
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError("invalid_request", f"request body is not valid JSON: {exc}") from exc
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestError("invalid_request", describe_validation(exc.errors())) from exc
+
+
+def request_id(request: Request) -> str:
+    return request.headers.get("x-request-id") or uuid.uuid4().hex
