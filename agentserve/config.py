@@ -81,6 +81,9 @@ class ServeArgs(_Strict):
     # After the first chunk, engine deltas that queue up while one is in flight are merged.
     coalesce_stream: bool = True
     enable_streaming_tool_dispatch: bool = False
+    # Key for what the server seals and later verifies (thinking signatures, encrypted reasoning).
+    # None: build_app generates one per deployment, shared by every replica through the args.
+    secret_key: str | None = None
 
     @classmethod
     def from_any(cls, args: "ServeArgs | dict[str, Any] | None") -> "ServeArgs":

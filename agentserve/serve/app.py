@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from ray.serve import Application
@@ -15,7 +16,10 @@ from agentserve.serve.router import RouterReplica
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
     """Ingress -> Preprocessor -> Router -> Engine replicas, wired as Ray Serve deployments."""
-    config = ServeArgs.from_any(args).model_dump(mode="json")
+    parsed = ServeArgs.from_any(args)
+    if parsed.secret_key is None:
+        parsed = parsed.model_copy(update={"secret_key": secrets.token_hex(32)})
+    config = parsed.model_dump(mode="json")
     router = RouterReplica.bind(config)
     engine = EngineReplica.bind(config, router)
     preprocessor = PreprocessorReplica.bind(config)
