@@ -79,18 +79,32 @@ def token_stream(tok, text: str) -> tuple[list[int], list[str]]:
 
 
 def time_ours(kw: dict, deltas: list[str]) -> tuple[float, list[float], list]:
+    """Feed one token per call; keep only what the checks need (a server does not keep events either)."""
     p = StreamParser(**kw)
-    per, events = [], []
+    per, kept = [], []
     clock = time.perf_counter
     for d in deltas:
         t0 = clock()
         ev = p.feed(d)
         per.append(clock() - t0)
-        events += ev
+        for e in ev:
+            if type(e).__name__ in ("ToolCallEnd", "ReasoningDelta"):
+                kept.append(e)
     t0 = clock()
-    events += p.finish()
+    kept += p.finish()
     per[-1] += clock() - t0
-    return sum(per), per, events
+    return sum(per), per, kept
+
+
+def best_of(runs: int, fn):
+    """Run fn() `runs` times; keep the fastest total and the element-wise fastest per-delta costs
+    (this box is shared, so single runs pick up other processes' noise)."""
+    best_t, best_per, out = float("inf"), None, None
+    for _ in range(runs):
+        t, per, out = fn()
+        best_t = min(best_t, t)
+        best_per = per if best_per is None else [min(a, b) for a, b in zip(best_per, per)]
+    return best_t, best_per, out
 
 
 def time_vllm(call, ids: list[int], deltas: list[str]) -> tuple[float, list[float], list]:
@@ -125,6 +139,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1024,2048,4096,8192,16384,32768")
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/parsers.json"))
     ap.add_argument("--png", default=str(ROOT / "docs/benchmarks/parsers.png"))
+    ap.add_argument("--runs", type=int, default=3, help="repeats per measurement; the fastest is kept")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -147,22 +162,26 @@ def main() -> None:
         text = "<tool_call>\n" + json.dumps({"name": "write_file", "arguments": {"path": "app/handler.py",
                                              "content": body}}, ensure_ascii=False) + "\n</tool_call>"
         ids, deltas = token_stream(tok, text)
-        ours_t, ours_per, events = time_ours({"tool_calls": "hermes", "tools": TOOLS}, deltas)
+        ours_t, ours_per, events = best_of(args.runs, lambda: time_ours({"tool_calls": "hermes", "tools": TOOLS},
+                                                                         deltas))
         end = [e for e in events if type(e).__name__ == "ToolCallEnd"]
         assert len(end) == 1 and json.loads(end[0].arguments)["content"] == body, "our parse is wrong"
-        hp = Hermes2ProToolParser(tok, None)
-        v_t, v_per, outs = time_vllm(lambda *a: hp.extract_tool_calls_streaming(*a, request), ids, deltas)
+        def vllm_hermes():
+            hp = Hermes2ProToolParser(tok, None)
+            return time_vllm(lambda *a: hp.extract_tool_calls_streaming(*a, request), ids, deltas)
+
+        v_t, v_per, outs = best_of(args.runs, vllm_hermes)
         v_ok = _loads(vllm_args(outs)).get("content") == body
         rows.append(_row("tool_args_hermes", n, len(ids), ours_t, ours_per, v_t, v_per, v_ok))
         # --- reasoning -----------------------------------------------------------------------------------------
         rtext = "<think>" + body + "</think>\n\nDone: the handler is written."
         rids, rdeltas = token_stream(tok, rtext)
         for name, cls in (("qwen3", Qwen3ParserReasoningAdapter), ("deepseek_r1", DeepSeekR1ReasoningParser)):
-            ours_t, ours_per, events = time_ours({"reasoning": name}, rdeltas)
+            ours_t, ours_per, events = best_of(args.runs, lambda: time_ours({"reasoning": name}, rdeltas))
             got = "".join(e.text for e in events if type(e).__name__ == "ReasoningDelta")
             assert got == body, f"our {name} parse is wrong"
-            rp = cls(tok)
-            v_t, v_per, outs = time_vllm(rp.extract_reasoning_streaming, rids, rdeltas)
+            v_t, v_per, outs = best_of(args.runs, lambda: time_vllm(cls(tok).extract_reasoning_streaming, rids,
+                                                                    rdeltas))
             v_ok = vllm_reasoning(outs).strip() == body.strip()
             rows.append(_row(f"reasoning_{name}", n, len(rids), ours_t, ours_per, v_t, v_per, v_ok))
         r = rows[-3]
@@ -176,6 +195,8 @@ def main() -> None:
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
         "tokenizer": "SmolLM2-135M-Instruct (+<think>,</think>,<tool_call>,</tool_call> as special tokens)",
         "delta": "one token per feed",
+        "runs": args.runs,
+        "timing": "fastest of `runs` repeats (total), element-wise fastest per-delta costs",
         "per_delta_us": f"mean over the last {TAIL} deltas of each stream",
         "rows": rows,
         "wall_s": round(time.perf_counter() - t_start, 1),

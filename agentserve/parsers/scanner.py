@@ -16,7 +16,7 @@ __all__ = ["MarkerScanner", "MarkerSet", "EMPTY"]
 class MarkerSet:
     """An immutable set of literal markers, compiled once."""
 
-    __slots__ = ("markers", "regex", "prefixes", "maxlen")
+    __slots__ = ("markers", "regex", "prefixes", "maxlen", "_first")
 
     def __init__(self, markers: Iterable[str]) -> None:
         ms = tuple(sorted({m for m in markers if m}, key=len, reverse=True))
@@ -24,13 +24,19 @@ class MarkerSet:
         self.regex = re.compile("|".join(re.escape(m) for m in ms)) if ms else None
         self.prefixes = frozenset(m[:i] for m in ms for i in range(1, len(m)))
         self.maxlen = len(ms[0]) if ms else 0
+        firsts = "".join(sorted({m[0] for m in ms if len(m) > 1}))
+        self._first = re.compile("[" + re.escape(firsts) + "]") if firsts else None
 
     def partial_suffix(self, buf: str, pos: int) -> int:
         """Length of the longest suffix of buf[pos:] that is a proper prefix of a marker."""
+        if self._first is None:
+            return 0
+        n = len(buf)
         prefixes = self.prefixes
-        for n in range(min(self.maxlen - 1, len(buf) - pos), 0, -1):
-            if buf[-n:] in prefixes:
-                return n
+        # only positions holding a marker's first character can start a partial marker
+        for m in self._first.finditer(buf, max(pos, n - self.maxlen + 1)):
+            if buf[m.start() :] in prefixes:
+                return n - m.start()
         return 0
 
     def __repr__(self) -> str:
