@@ -277,7 +277,9 @@ def test_template_is_whitespace_control_independent():
 def generated_text(message) -> str:
     """What the model generates for an assistant turn (between `<|im_start|>assistant\\n` and `<|im_end|>`)."""
     out = ""
-    reasoning = message.get("reasoning_content")
+    # The parser hands reasoning over with its framing newlines (`<think>\nR\n</think>` -> "\nR\n");
+    # the template strips them and frames the text again, exactly as generated.
+    reasoning = (message.get("reasoning_content") or "").strip("\n")
     if reasoning:
         out += f"<think>\n{reasoning}\n</think>\n\n"
     content = message.get("content") or ""
