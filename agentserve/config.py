@@ -16,6 +16,43 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class TruncationPolicy(_Strict):
+    """How Codex truncates tool output before sending it back (4 bytes/token heuristic in tokens mode)."""
+
+    mode: Literal["tokens", "bytes"] = "tokens"
+    limit: int = 10_000
+
+
+class ModelProfile(_Strict):
+    """What an agent harness (Codex) shapes its behaviour from: served as Codex's ModelInfo.
+
+    Codex picks tools, reasoning parameters, parallel calls and tool-output truncation from this;
+    an id that resolves to no profile falls back to conservative defaults (fewer, smaller tool calls).
+    """
+
+    display_name: str | None = None  # None: the model id
+    description: str | None = None
+    max_output_tokens: int | None = None  # None: up to the context window
+    truncation_policy: TruncationPolicy = TruncationPolicy()
+    supports_reasoning_summaries: bool = True
+    default_reasoning_level: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = "medium"
+    supported_reasoning_levels: tuple[Literal["none", "minimal", "low", "medium", "high", "xhigh"], ...] = (
+        "low",
+        "medium",
+        "high",
+    )
+    supports_parallel_tool_calls: bool = True
+    shell_type: Literal["default", "local", "unified_exec", "disabled", "shell_command"] = "shell_command"
+    apply_patch_tool_type: Literal["freeform", "function"] | None = "freeform"
+    base_instructions: str = (
+        "You are a coding agent running in the Codex CLI. Use the tools to inspect and change the "
+        "workspace, keep answers short, and finish with a brief summary of what you did."
+    )
+    input_modalities: tuple[Literal["text", "image"], ...] = ("text",)
+    support_verbosity: bool = False
+    priority: int = 1
+
+
 class ModelSpec(_Strict):
     """One served model: its catalog identity and how its output is parsed."""
 
@@ -28,6 +65,7 @@ class ModelSpec(_Strict):
     tool_call_parser: str | None = "hermes"
     skip_special_tokens: bool = True
     owned_by: str = "agentserve"
+    profile: ModelProfile = ModelProfile()
 
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
@@ -75,6 +113,14 @@ class EngineSpec(_Strict):
         return self
 
 
+class ResponseStoreSpec(_Strict):
+    """Bounds of the Responses API store (`store: true`, `previous_response_id`)."""
+
+    max_entries: int = 10_000
+    max_bytes: int = 256 * 1024 * 1024
+    ttl_s: float = 24 * 3600.0
+
+
 class ServeArgs(_Strict):
     model: ModelSpec = ModelSpec()
     engine: EngineSpec = EngineSpec()
@@ -84,6 +130,7 @@ class ServeArgs(_Strict):
     # Key for what the server seals and later verifies (thinking signatures, encrypted reasoning).
     # None: build_app generates one per deployment, shared by every replica through the args.
     secret_key: str | None = None
+    response_store: ResponseStoreSpec = ResponseStoreSpec()
 
     @classmethod
     def from_any(cls, args: "ServeArgs | dict[str, Any] | None") -> "ServeArgs":
