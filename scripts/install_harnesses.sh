@@ -8,6 +8,7 @@ PREFIX="${HARNESS_DIR:-.harness}"
 
 PACKAGES=(
   "@openai/codex@0.171.0"
+  "@anthropic-ai/claude-code@2.1.332"
 )
 
 command -v npm >/dev/null || { echo "install_harnesses: npm not found; e2e harness tests will be skipped" >&2; exit 0; }
