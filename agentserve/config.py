@@ -65,6 +65,8 @@ class ModelSpec(_Strict):
     tool_call_parser: str | None = "hermes"
     skip_special_tokens: bool = True
     owned_by: str = "agentserve"
+    # Replay policy family (preprocess/replay.py); None: follows from the reasoning parser.
+    replay_family: str | None = None
     profile: ModelProfile = ModelProfile()
 
     def names(self) -> tuple[str, ...]:
@@ -131,6 +133,11 @@ class ServeArgs(_Strict):
     # None: build_app generates one per deployment, shared by every replica through the args.
     secret_key: str | None = None
     response_store: ResponseStoreSpec = ResponseStoreSpec()
+    # Remove Claude Code's per-session `x-anthropic-billing-header: ...` text from system prompts before
+    # tokenizing (it would otherwise defeat the prefix cache on every new session).
+    strip_anthropic_preamble: bool = True
+    # Anthropic streams send `ping` when no event has gone out for this long (long prefills, long gaps).
+    keepalive_interval_s: float = Field(default=5.0, gt=0)
 
     @classmethod
     def from_any(cls, args: "ServeArgs | dict[str, Any] | None") -> "ServeArgs":

@@ -34,3 +34,17 @@ CACHED_RATIO = Histogram(
 COMPLETION_TOKENS = Counter(
     "agentserve_completion_tokens_total", "Output tokens", ["model"], registry=REGISTRY
 )
+PREFIX_REUSE = Histogram(
+    "agentserve_prefix_reuse_ratio",
+    "Per turn of a session: leading tokens of the prompt equal to the previous turn's prompt + output, as a ratio",
+    ["model"], buckets=(0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 1.0), registry=REGISTRY,
+)
+PREFIX_DIVERGENCES = Counter(
+    "agentserve_prefix_divergences_total", "Turns whose prompt did not extend the previous turn, by cause",
+    ["model", "cause"], registry=REGISTRY,
+)
+REPLAY_REORDERED = Counter(
+    "agentserve_replay_reordered_turns_total",
+    "Assistant turns whose interleaved reasoning the chat template could not replay in order", ["model"],
+    registry=REGISTRY,
+)

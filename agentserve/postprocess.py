@@ -70,6 +70,7 @@ class Postprocessor:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
+        self.output_ids: list[int] = []  # what the engine generated: the doctor compares the next turn with it
         self.finish_reason: str | None = None
 
     @property
@@ -85,6 +86,7 @@ class Postprocessor:
         events: list[Any] = []
         if not self._stop.hit:
             self.completion_tokens += len(delta.token_ids)
+            self.output_ids.extend(delta.token_ids)
             text = ""
             for tid in delta.token_ids:
                 piece = self._decode.step(self._rust_tok, tid)

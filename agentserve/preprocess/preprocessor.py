@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 from agentserve.config import ModelSpec
 from agentserve.preprocess.block_hash import block_hashes
-from agentserve.preprocess.render import template_messages
+from agentserve.preprocess.render import plan_messages
+from agentserve.preprocess.replay import policy_for
+from agentserve.preprocess.template_caps import inspect_template
 from agentserve.preprocess.tokenizer import load_tokenizer
-from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest
+from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest, TextBlock
 from agentserve.protocol.errors import RequestError
-
-# Markers that, at the very end of a rendered prompt, mean the model starts inside its reasoning.
-_REASONING_OPENERS = ("<think>", "<think>\n", "[THINK]", "◁think▷")
 
 
 @dataclass(frozen=True, slots=True)
 class RenderedPrompt:
     text: str
     token_ids: list[int]
+    reordered_turns: int = 0
+
+
+def session_key(request: GenerationRequest) -> str:
+    """The client's session id, else a hash of the first user turn (stable across turns, unlike the system prompt)."""
+    if request.hints.session_id:
+        return request.hints.session_id
+    for turn in request.conversation.turns:
+        if turn.role == "user":
+            text = "".join(b.text for b in turn.blocks if isinstance(b, TextBlock))
+            return "h:" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return ""
 
 
 class Preprocessor:
@@ -27,6 +39,19 @@ class Preprocessor:
         self._model = model
         self._tok = load_tokenizer(model_path)
         self._block_size = block_size
+        self._policy = policy_for(model.reasoning_parser, model.replay_family)
+        self._caps = inspect_template(self._tok.chat_template or "")
+
+    def template_kwargs(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
+        """Thinking on by default where the model reasons; never override what the client set."""
+        kwargs = dict(client)
+        if self._model.reasoning_parser is None:
+            return kwargs
+        switch = self._policy.disable if thinking is False else self._policy.enable
+        for name, value in switch.items():
+            if self._caps.accepts(name):
+                kwargs.setdefault(name, value)
+        return kwargs
 
     def render(
         self,
@@ -34,24 +59,26 @@ class Preprocessor:
         template_kwargs: dict[str, Any] | None = None,
         *,
         add_generation_prompt: bool = True,
+        thinking: bool | None = None,
     ) -> RenderedPrompt:
         tools = [t.openai_schema() for t in conversation.tools] or None
+        plan = plan_messages(conversation, self._policy, self._caps)
         try:
             text = self._tok.apply_chat_template(
-                template_messages(conversation),
+                plan.messages,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 tokenize=False,
-                **(template_kwargs or {}),
+                **self.template_kwargs(template_kwargs or {}, thinking),
             )
         except RequestError:
             raise
         except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
             raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
-        return RenderedPrompt(text, self._tok.encode(text, add_special_tokens=False))
+        return RenderedPrompt(text, self._tok.encode(text, add_special_tokens=False), plan.reordered_turns)
 
     def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:
-        prompt = self.render(request.conversation, request.template_kwargs)
+        prompt = self.render(request.conversation, request.template_kwargs, thinking=request.thinking)
         n = len(prompt.token_ids)
         window = self._model.context_window
         if n >= window:
@@ -64,6 +91,7 @@ class Preprocessor:
             )
         requested = request.sampling.max_tokens
         max_tokens = window - n if requested is None else min(requested, window - n)
+        opener = self._policy.think_open.strip()
         return PreprocessedRequest(
             request_id=request.request_id,
             model=self._model.id,
@@ -72,8 +100,11 @@ class Preprocessor:
             sampling=request.sampling,
             hints=request.hints,
             max_tokens=max_tokens,
-            reasoning_started=prompt.text.endswith(_REASONING_OPENERS),
+            reasoning_started=bool(opener) and prompt.text.rstrip().endswith(opener),
             match_text=request.conversation.last_user_text(),
+            session_key=session_key(request),
+            parse_reasoning=request.thinking is not False,
+            replay_reordered=prompt.reordered_turns,
         )
 
     def tokenize_text(self, text: str, add_special_tokens: bool = True) -> list[int]:

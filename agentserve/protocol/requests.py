@@ -48,6 +48,8 @@ class GenerationRequest(BaseModel):
     hints: AgentHints = AgentHints()
     # Extra chat-template variables the client asked for (e.g. enable_thinking).
     template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # The client's thinking switch: None = not said (thinking stays on where the model has it).
+    thinking: bool | None = None
 
 
 class PreprocessedRequest(BaseModel):
@@ -65,6 +67,10 @@ class PreprocessedRequest(BaseModel):
     reasoning_started: bool = False  # the prompt already opened a reasoning block
     # Last user / tool-result text: what a deterministic (scripted) engine matches on.
     match_text: str = ""
+    # Identifies the conversation across turns (client session id, else a hash of its first user turn).
+    session_key: str = ""
+    parse_reasoning: bool = True  # False when the client turned thinking off
+    replay_reordered: int = 0  # assistant turns whose reasoning order the template could not keep
 
     @property
     def prompt_tokens(self) -> int:

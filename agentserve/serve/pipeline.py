@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -16,6 +17,7 @@ from ray.serve.handle import DeploymentHandle
 
 from agentserve import metrics
 from agentserve.config import ModelSpec
+from agentserve.doctor import PrefixReport, SessionTracker
 from agentserve.postprocess import Postprocessor
 from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest
 
@@ -45,9 +47,27 @@ class Pipeline:
         self._router = router
         self._engine = engine.options(stream=True)
         self._tokenizer = tokenizer
+        self._doctor = SessionTracker(tokenizer.decode, frozenset(tokenizer.all_special_ids))
+        self._reports: OrderedDict[str, PrefixReport] = OrderedDict()
 
     async def prepare(self, request: GenerationRequest) -> PreprocessedRequest:
-        return await self._pre.preprocess.remote(request)
+        pre = await self._pre.preprocess.remote(request)
+        report = self._doctor.check(pre.session_key, pre.token_ids)
+        if report is not None:
+            self._reports[pre.request_id] = report
+            while len(self._reports) > 10_000:  # requests that failed before streaming
+                self._reports.popitem(last=False)
+            metrics.PREFIX_REUSE.labels(pre.model).observe(report.reuse_ratio)
+            if report.cause is not None:
+                metrics.PREFIX_DIVERGENCES.labels(pre.model, report.cause).inc()
+        if pre.replay_reordered:
+            metrics.REPLAY_REORDERED.labels(pre.model).inc(pre.replay_reordered)
+        return pre
+
+    def prefix_headers(self, pre: PreprocessedRequest) -> dict[str, str]:
+        """`x-agentserve-prefix`: how much of the session's previous turn this prompt reuses, and why not all."""
+        report = self._reports.get(pre.request_id)
+        return {"x-agentserve-prefix": report.header()} if report else {}
 
     async def events(
         self,
@@ -60,7 +80,9 @@ class Pipeline:
     ) -> AsyncIterator[list[Any]]:
         post = Postprocessor(
             self._tokenizer,
-            reasoning_parser=model.reasoning_parser if options.parse_reasoning else None,
+            reasoning_parser=model.reasoning_parser
+            if options.parse_reasoning and pre.parse_reasoning
+            else None,
             tool_call_parser=model.tool_call_parser if options.parse_tool_calls else None,
             tools=options.tools,
             stop=pre.sampling.stop,
@@ -93,11 +115,14 @@ class Pipeline:
                 yield post.feed(
                     EngineDelta(token_ids=[], finish_reason="error", error="engine stream ended early")
                 )
+            if post.finish_reason in ("stop", "length"):
+                self._doctor.record(pre.session_key, pre.token_ids, post.output_ids)
             metrics.PROMPT_TOKENS.labels(model.id).inc(post.prompt_tokens)
             metrics.CACHED_TOKENS.labels(model.id).inc(post.cached_tokens)
             metrics.COMPLETION_TOKENS.labels(model.id).inc(post.completion_tokens)
             if post.prompt_tokens:
                 metrics.CACHED_RATIO.labels(model.id).observe(post.cached_tokens / post.prompt_tokens)
         finally:
+            self._reports.pop(pre.request_id, None)
             stream.cancel()  # no-op when finished; aborts the engine request otherwise
             self._router.release.remote(pre.request_id)

@@ -44,9 +44,9 @@ class ChatCompletionsHandler:
             )
             events = self._ctx.pipeline.events(pre, model, options, api="chat", arrived=arrived)
             if body.stream:
-                return StreamingResponse(
-                    encoder.stream(events), media_type="text/event-stream", headers=SSE_HEADERS
-                )
+                headers = {**SSE_HEADERS, **self._ctx.pipeline.prefix_headers(pre)}
+                return StreamingResponse(encoder.stream(events), media_type="text/event-stream", headers=headers)
+            headers = self._ctx.pipeline.prefix_headers(pre)
             collected = [ev async for batch in events for ev in batch]
             result = encoder.response(collected)
             if encoder.finish is not None and encoder.finish.reason == "error":
@@ -54,7 +54,7 @@ class ChatCompletionsHandler:
             missing = encoder.missing_required_call()
             if missing:
                 raise RequestError("internal", missing, code="tool_call_missing")
-            return JSONResponse(result)
+            return JSONResponse(result, headers=headers)
         except RequestError as err:
             status = err.status
             raise
