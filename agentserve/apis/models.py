@@ -17,6 +17,13 @@ class Catalog:
 
     def resolve(self, name: str) -> ModelSpec:
         model = self._by_name.get(name)
+        # Provider-prefixed or doubly slashed ids (`openai/openai/gpt-5.5`, `hosted_vllm/smollm2`)
+        # resolve to the entry named by their longest known suffix.
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            if model is not None:
+                break
+            model = self._by_name.get("/".join(parts[i:]))
         if model is None:
             raise RequestError(
                 "not_found",
@@ -36,6 +43,10 @@ class Catalog:
             "parent": None,
             "max_model_len": model.context_window,
         }
+
+    @property
+    def models(self) -> list[ModelSpec]:
+        return list(self._models)
 
     def list_body(self) -> dict[str, Any]:
         return {"object": "list", "data": [self._card(n, m) for n, m in self._by_name.items()]}

@@ -12,6 +12,7 @@ _TYPES = {
     "permission": "permission_error",
     "not_found": "not_found_error",
     "too_large": "invalid_request_error",
+    "unsupported_media_type": "invalid_request_error",
     "rate_limit": "rate_limit_error",
     "internal": "server_error",
     "overloaded": "server_error",

@@ -10,6 +10,7 @@ ErrorKind = Literal[
     "permission",  # 403
     "not_found",  # 404
     "too_large",  # 413
+    "unsupported_media_type",  # 415
     "rate_limit",  # 429
     "internal",  # 500
     "overloaded",  # 503 / 529
@@ -21,6 +22,7 @@ STATUS: dict[ErrorKind, int] = {
     "permission": 403,
     "not_found": 404,
     "too_large": 413,
+    "unsupported_media_type": 415,
     "rate_limit": 429,
     "internal": 500,
     "overloaded": 503,
@@ -37,20 +39,24 @@ class RequestError(Exception):
         *,
         param: str | None = None,
         code: str | None = None,
+        retry_after: float | None = None,  # seconds; sent as Retry-After on 429/503/529
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.param = param
         self.code = code
+        self.retry_after = retry_after
 
     @property
     def status(self) -> int:
         return STATUS[self.kind]
 
     def __reduce__(self):  # survive the Ray hop with keyword arguments intact
-        return (_rebuild, (self.kind, self.message, self.param, self.code))
+        return (_rebuild, (self.kind, self.message, self.param, self.code, self.retry_after))
 
 
-def _rebuild(kind: ErrorKind, message: str, param: str | None, code: str | None) -> RequestError:
-    return RequestError(kind, message, param=param, code=code)
+def _rebuild(
+    kind: ErrorKind, message: str, param: str | None, code: str | None, retry_after: float | None = None
+) -> RequestError:
+    return RequestError(kind, message, param=param, code=code, retry_after=retry_after)

@@ -11,6 +11,7 @@ from agentserve.config import ServeArgs
 from agentserve.serve.engine import EngineReplica
 from agentserve.serve.ingress import Ingress
 from agentserve.serve.preprocessor import PreprocessorReplica
+from agentserve.serve.response_store import ResponseStoreReplica
 from agentserve.serve.router import RouterReplica
 
 
@@ -23,4 +24,5 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     router = RouterReplica.bind(config)
     engine = EngineReplica.bind(config, router)
     preprocessor = PreprocessorReplica.bind(config)
-    return Ingress.bind(config, preprocessor, router, engine)
+    store = ResponseStoreReplica.bind(config)
+    return Ingress.bind(config, preprocessor, router, engine, store)

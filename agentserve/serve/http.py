@@ -1,4 +1,4 @@
-"""Small HTTP helpers every API handler uses: body parsing into a pydantic model, request ids, SSE headers."""
+"""Small HTTP helpers every API handler uses: body parsing (decompressed, then into a pydantic model), request ids, SSE headers."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from agentserve.protocol.errors import RequestError
+from agentserve.serve.compression import decode_body
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -25,7 +26,7 @@ def describe_validation(errors: list[Any]) -> str:
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
-    raw = await request.body()
+    raw = decode_body(await request.body(), request.headers.get("content-encoding"))
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -14,7 +14,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentserve import metrics
-from agentserve.apis import chat_completions
+from agentserve.apis import chat_completions, codex_models
 from agentserve.apis.models import Catalog
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest, detokenize_body, tokenize_body
 from agentserve.config import ServeArgs
@@ -23,6 +23,7 @@ from agentserve.protocol.errors import RequestError
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import error_response
 from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
+from agentserve.serve.handlers.responses import ResponsesHandler
 from agentserve.serve.http import describe_validation, parse_body
 from agentserve.serve.pipeline import Pipeline
 
@@ -66,6 +67,7 @@ class Ingress:
         preprocessor: DeploymentHandle,
         router: DeploymentHandle,
         engine: DeploymentHandle,
+        response_store: DeploymentHandle | None = None,
     ) -> None:
         config = ServeArgs.from_any(args)
         tokenizer = load_tokenizer(str(config.model.resolve_path()))
@@ -73,19 +75,41 @@ class Ingress:
             args=config,
             catalog=Catalog([config.model]),
             tokenizer=tokenizer,
-            pipeline=Pipeline(preprocessor=preprocessor, router=router, engine=engine, tokenizer=tokenizer),
+            pipeline=Pipeline(
+                preprocessor=preprocessor,
+                router=router,
+                engine=engine,
+                tokenizer=tokenizer,
+                trace_path=config.trace_path,
+            ),
             preprocessor=preprocessor,
         )
         self._chat = ChatCompletionsHandler(self._ctx)
+        self._responses = ResponsesHandler(self._ctx, response_store)
 
     # -- wire APIs ------------------------------------------------------------
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:
         return await self._chat.create(request)
 
+    @app.post("/v1/responses")
+    async def create_response(self, request: Request) -> Response:
+        return await self._responses.create(request)
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(self, request: Request, response_id: str) -> Response:
+        return await self._responses.retrieve(request, response_id)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(self, request: Request, response_id: str) -> Response:
+        return await self._responses.delete(request, response_id)
+
     # -- catalog ------------------------------------------------------------
     @app.get("/v1/models")
-    async def list_models(self) -> JSONResponse:
+    async def list_models(self, client_version: str | None = None) -> JSONResponse:
+        if client_version is not None:  # Codex: {"models": [ModelInfo…]} with an ETag
+            body = codex_models.models_body(self._ctx.catalog.models)
+            return JSONResponse(body, headers={"ETag": codex_models.etag(body)})
         return JSONResponse(self._ctx.catalog.list_body())
 
     @app.get("/v1/models/{model_id:path}")

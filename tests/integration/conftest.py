@@ -6,6 +6,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import running_graph
+from tests.integration.responses_rules import RESPONSES_RULES
 
 # Raw model output, markers included, as the scripted engine replays it token by token.
 REASONING_TWO_CALLS = (
@@ -16,6 +17,7 @@ REASONING_TWO_CALLS = (
 )
 
 RULES = [
+    *RESPONSES_RULES,
     {"match": "weather", "reply": REASONING_TWO_CALLS, "itl_ms": 2},
     {"match": "slow", "reply": "tick " * 400, "itl_ms": 25},
     {"match": "stopword", "reply": "one two STOP three four", "itl_ms": 0},

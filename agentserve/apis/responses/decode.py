@@ -1,0 +1,276 @@
+"""Responses request -> GenerationRequest, keeping item order.
+
+Consecutive assistant-side items (reasoning, assistant messages, function/custom/local-shell calls)
+become one assistant Turn whose blocks stay in input order, so reasoning -> call -> reasoning -> call
+replays interleaved. Reasoning carrying our `encrypted_content` is restored to the exact text the
+model generated; without it, the raw `content` or else the summary is used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentserve.apis.responses import schema as s
+from agentserve.apis.responses.sealing import SealError, Sealer
+from agentserve.protocol import (
+    AgentHints,
+    Conversation,
+    GenerationRequest,
+    ImageBlock,
+    NamedToolChoice,
+    ReasoningBlock,
+    SamplingParams,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Turn,
+)
+from agentserve.protocol.errors import RequestError
+
+ToolKind = Literal["function", "custom", "local_shell"]
+
+LOCAL_SHELL = "local_shell"
+_LOCAL_SHELL_PARAMS = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "array", "items": {"type": "string"}, "description": "argv of the command"},
+        "working_directory": {"type": "string"},
+        "timeout_ms": {"type": "integer"},
+    },
+    "required": ["command"],
+}
+
+
+@dataclass(frozen=True)
+class Decoded:
+    request: GenerationRequest
+    tool_kinds: dict[str, ToolKind] = field(default_factory=dict)  # tool name -> how its calls are encoded
+
+
+def custom_tool_arguments(tool_input: str) -> str:
+    """How a custom (freeform) tool call's input is rendered as hermes JSON arguments, and parsed back."""
+    return json.dumps({"input": tool_input}, ensure_ascii=False)
+
+
+def custom_tool_input(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(value, dict) and isinstance(value.get("input"), str) and len(value) == 1:
+        return value["input"]
+    return arguments
+
+
+def _custom_spec(tool: s.CustomTool) -> ToolSpec:
+    desc = tool.description or ""
+    fmt = tool.format
+    if fmt is not None and fmt.type == "grammar" and fmt.definition:
+        desc += f"\n\nThe input must match this {fmt.syntax or 'lark'} grammar:\n{fmt.definition}"
+    return ToolSpec(
+        name=tool.name,
+        description=desc.strip() or None,
+        parameters={
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "the raw freeform input"}},
+            "required": ["input"],
+        },
+    )
+
+
+def _tools(tools: list[Any]) -> tuple[tuple[ToolSpec, ...], dict[str, ToolKind]]:
+    specs: list[ToolSpec] = []
+    kinds: dict[str, ToolKind] = {}
+    for t in tools:
+        if isinstance(t, s.FunctionTool):
+            specs.append(
+                ToolSpec(
+                    name=t.name,
+                    description=t.description,
+                    parameters=t.parameters or {"type": "object", "properties": {}},
+                )
+            )
+            kinds[t.name] = "function"
+        elif isinstance(t, s.CustomTool):
+            specs.append(_custom_spec(t))
+            kinds[t.name] = "custom"
+        elif t.type == "local_shell":
+            specs.append(
+                ToolSpec(name=LOCAL_SHELL, description="Run a command on the local machine.", parameters=_LOCAL_SHELL_PARAMS)
+            )
+            kinds[LOCAL_SHELL] = "local_shell"
+        # hosted tools (web_search, file_search, …) have no local executor: echoed, not offered
+    return tuple(specs), kinds
+
+
+def _tool_choice(choice: Any, kinds: dict[str, ToolKind]) -> Any:
+    if choice is None:
+        return "auto" if kinds else "none"
+    if isinstance(choice, str):
+        if choice == "required" and not kinds:
+            raise RequestError("invalid_request", "tool_choice 'required' needs at least one tool", param="tool_choice")
+        return choice
+    if isinstance(choice, s.NamedToolChoice):
+        if choice.name not in kinds:
+            raise RequestError(
+                "invalid_request", f"tool_choice names '{choice.name}', which is not in tools", param="tool_choice"
+            )
+        return NamedToolChoice(name=choice.name)
+    if choice.get("type") == "local_shell" and LOCAL_SHELL in kinds:
+        return NamedToolChoice(name=LOCAL_SHELL)
+    return "required" if choice.get("mode") == "required" and kinds else ("auto" if kinds else "none")
+
+
+def _parts_text(parts: list[Any], where: str) -> tuple[str, list[ImageBlock]]:
+    texts: list[str] = []
+    images: list[ImageBlock] = []
+    for part in parts:
+        if isinstance(part, (s.InputText, s.OutputText)):
+            texts.append(part.text)
+        elif isinstance(part, s.Refusal):
+            texts.append(part.refusal)
+        elif isinstance(part, s.InputImage):
+            if not part.image_url:
+                raise RequestError("invalid_request", "input_image needs image_url (file_id is not supported)", param=where)
+            images.append(ImageBlock(url=part.image_url))
+        else:
+            raise RequestError("invalid_request", f"content part '{part.type}' is not supported", param=where)
+    return "".join(texts), images
+
+
+def _message_blocks(item: s.MessageItem, where: str) -> list[Any]:
+    if isinstance(item.content, str):
+        return [TextBlock(text=item.content)]
+    text, images = _parts_text(item.content, where)
+    blocks: list[Any] = [TextBlock(text=text)] if text or not images else []
+    return blocks + images
+
+
+class _Decoder:
+    def __init__(self, sealer: Sealer, model: str) -> None:
+        self._sealer = sealer
+        self._model = model
+        self.turns: list[Turn] = []
+        self._assistant: list[Any] = []
+        self._results: list[Any] = []
+
+    def _flush(self) -> None:
+        if self._assistant:
+            self.turns.append(Turn(role="assistant", blocks=tuple(self._assistant)))
+            self._assistant = []
+        if self._results:
+            self.turns.append(Turn(role="tool", blocks=tuple(self._results)))
+            self._results = []
+
+    def _assistant_block(self, block: Any) -> None:
+        if self._results:
+            self._flush()
+        self._assistant.append(block)
+
+    def _result(self, call_id: str, output: Any, where: str) -> None:
+        if self._assistant:
+            self._flush()
+        if isinstance(output, str):
+            self._results.append(ToolResultBlock(tool_call_id=call_id, content=output))
+            return
+        text, images = _parts_text(output, where)
+        self._results.append(ToolResultBlock(tool_call_id=call_id, content=text))
+        self._results.extend(images)
+
+    def reasoning_text(self, item: s.ReasoningItem, where: str) -> str:
+        if item.encrypted_content:
+            try:
+                return self._sealer.open(item.encrypted_content).text
+            except SealError as exc:
+                raise RequestError(
+                    "invalid_request",
+                    f"encrypted_content of a reasoning item could not be verified ({exc}): it was not "
+                    "issued by this deployment or was modified",
+                    param=f"{where}.encrypted_content",
+                    code="invalid_encrypted_content",
+                ) from exc
+        if item.content:
+            return "".join(p.text for p in item.content)
+        return "\n\n".join(p.text for p in item.summary)
+
+    def add(self, item: Any, where: str) -> None:
+        if isinstance(item, s.MessageItem):
+            if item.role == "assistant":
+                for block in _message_blocks(item, where):
+                    if isinstance(block, TextBlock):
+                        self._assistant_block(block)
+                return
+            self._flush()
+            role = "system" if item.role in ("system", "developer") else "user"
+            self.turns.append(Turn(role=role, blocks=tuple(_message_blocks(item, where))))
+        elif isinstance(item, s.ReasoningItem):
+            text = self.reasoning_text(item, where)
+            if text:
+                self._assistant_block(ReasoningBlock(text=text))
+        elif isinstance(item, s.FunctionCallItem):
+            self._assistant_block(ToolCallBlock(id=item.call_id, name=item.name, arguments=item.arguments))
+        elif isinstance(item, s.CustomToolCallItem):
+            self._assistant_block(
+                ToolCallBlock(id=item.call_id, name=item.name, arguments=custom_tool_arguments(item.input))
+            )
+        elif isinstance(item, s.LocalShellCallItem):
+            action = item.action.model_dump(exclude_none=True, exclude={"type"})
+            call_id = item.call_id or item.id or ""
+            self._assistant_block(
+                ToolCallBlock(id=call_id, name=LOCAL_SHELL, arguments=json.dumps(action, ensure_ascii=False))
+            )
+        elif isinstance(item, (s.FunctionCallOutputItem, s.CustomToolCallOutputItem)):
+            self._result(item.call_id, item.output, where)
+        elif isinstance(item, s.LocalShellCallOutputItem):
+            self._result(item.id, item.output, where)
+        elif isinstance(item, s.ItemReference):
+            raise RequestError(
+                "invalid_request",
+                "item_reference is not supported: send the item itself, or use previous_response_id",
+                param=where,
+            )
+
+    def finish(self) -> list[Turn]:
+        self._flush()
+        return self.turns
+
+
+def decode(
+    req: s.ResponsesRequest,
+    *,
+    request_id: str,
+    model: str,
+    sealer: Sealer,
+    history: list[Any] = (),  # type: ignore[assignment]  # items of previous_response_id, oldest first
+    session_id: str | None = None,
+) -> Decoded:
+    if req.background:
+        raise RequestError("invalid_request", "background responses are not supported", param="background")
+    decoder = _Decoder(sealer, model)
+    if req.instructions:
+        decoder.turns.append(Turn(role="system", blocks=(TextBlock(text=req.instructions),)))
+    for i, item in enumerate(history):
+        decoder.add(item, f"previous_response_id[{i}]")
+    items = [s.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
+    for i, item in enumerate(items):
+        decoder.add(item, f"input[{i}]")
+    turns = decoder.finish()
+    if not any(t.role != "system" for t in turns):
+        raise RequestError("invalid_request", "input must contain at least one item", param="input")
+    specs, kinds = _tools(req.tools or [])
+    sampling = SamplingParams(
+        max_tokens=req.max_output_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+    )
+    gen = GenerationRequest(
+        request_id=request_id,
+        model=model,
+        conversation=Conversation(turns=tuple(turns), tools=specs, tool_choice=_tool_choice(req.tool_choice, kinds)),
+        sampling=sampling,
+        hints=AgentHints(session_id=session_id or req.prompt_cache_key or req.user),
+    )
+    return Decoded(request=gen, tool_kinds=kinds)

@@ -1,0 +1,240 @@
+"""Request models for POST /v1/responses.
+
+Open models (`extra="allow"`): unknown fields are accepted, and the Response object echoes the ones
+the spec echoes. Input items may omit `id` (Codex never sends them) and, for messages, `type`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- content parts -------------------------------------------------------------
+class InputText(_Open):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(_Open):
+    type: Literal["output_text"]
+    text: str
+
+
+class Refusal(_Open):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class InputImage(_Open):
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None
+
+
+class InputFile(_Open):
+    type: Literal["input_file"]
+
+
+ContentPart = Annotated[Union[InputText, OutputText, Refusal, InputImage, InputFile], Field(discriminator="type")]
+
+
+# -- input items ---------------------------------------------------------------
+class MessageItem(_Open):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[ContentPart]
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallItem(_Open):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(_Open):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[ContentPart]
+    id: str | None = None
+    status: str | None = None
+
+
+class CustomToolCallItem(_Open):
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+
+
+class CustomToolCallOutputItem(_Open):
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[ContentPart]
+    id: str | None = None
+
+
+class LocalShellAction(_Open):
+    type: Literal["exec"] = "exec"
+    command: list[str]
+    timeout_ms: int | None = None
+    working_directory: str | None = None
+    env: dict[str, str] | None = None
+    user: str | None = None
+
+
+class LocalShellCallItem(_Open):
+    type: Literal["local_shell_call"]
+    call_id: str | None = None
+    action: LocalShellAction
+    id: str | None = None
+    status: str | None = None
+
+
+class LocalShellCallOutputItem(_Open):
+    type: Literal["local_shell_call_output"]
+    id: str  # the call's id: the spec names the call this way for local_shell
+    output: str
+
+
+class SummaryText(_Open):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(_Open):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItem(_Open):
+    type: Literal["reasoning"]
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    id: str | None = None
+    status: str | None = None
+
+
+class ItemReference(_Open):
+    type: Literal["item_reference"]
+    id: str
+
+
+def _item_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get("type", "message")
+    return getattr(value, "type", None)
+
+
+InputItem = Annotated[
+    Union[
+        Annotated[MessageItem, Tag("message")],
+        Annotated[FunctionCallItem, Tag("function_call")],
+        Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+        Annotated[CustomToolCallItem, Tag("custom_tool_call")],
+        Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")],
+        Annotated[LocalShellCallItem, Tag("local_shell_call")],
+        Annotated[LocalShellCallOutputItem, Tag("local_shell_call_output")],
+        Annotated[ReasoningItem, Tag("reasoning")],
+        Annotated[ItemReference, Tag("item_reference")],
+    ],
+    Discriminator(_item_kind),
+]
+
+
+# -- tools ---------------------------------------------------------------------
+class FunctionTool(_Open):
+    type: Literal["function"]
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class CustomToolFormat(_Open):
+    type: Literal["text", "grammar"] = "text"
+    syntax: str | None = None  # grammar: lark | regex
+    definition: str | None = None
+
+
+class CustomTool(_Open):
+    type: Literal["custom"]
+    name: str
+    description: str | None = None
+    format: CustomToolFormat | None = None
+
+
+class OtherTool(_Open):
+    """Hosted tools (web_search, file_search, …) and local_shell: accepted and echoed."""
+
+    type: str
+
+
+def _tool_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("function", "custom") else "other"
+
+
+Tool = Annotated[
+    Union[
+        Annotated[FunctionTool, Tag("function")],
+        Annotated[CustomTool, Tag("custom")],
+        Annotated[OtherTool, Tag("other")],
+    ],
+    Discriminator(_tool_kind),
+]
+
+
+class NamedToolChoice(_Open):
+    type: Literal["function", "custom"]
+    name: str
+
+
+class Reasoning(_Open):
+    effort: str | None = None
+    summary: Literal["auto", "concise", "detailed", "none"] | None = None
+    generate_summary: str | None = None
+
+
+class ResponsesRequest(_Open):
+    model: str
+    input: str | list[InputItem] = Field(default_factory=list)
+    instructions: str | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning: Reasoning | None = None
+    include: list[str] | None = None
+    text: dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_tool_calls: int | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    store: bool | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    previous_response_id: str | None = None
+    prompt_cache_key: str | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_logprobs: int | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    background: bool | None = None
+
+    def includes_encrypted_reasoning(self) -> bool:
+        return "reasoning.encrypted_content" in (self.include or [])

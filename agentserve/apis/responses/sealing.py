@@ -1,0 +1,73 @@
+"""encrypted_content for reasoning items: the exact reasoning text, sealed so the client can carry it.
+
+Codex runs with `store: false` and resends the whole history each turn. To replay the model's own
+reasoning token-for-token (and so keep the prefix cache warm) the server hands the text to the client
+sealed with AES-256-GCM and restores it when the item comes back. The key is derived from
+`ServeArgs.secret_key`, which every replica shares, so any replica can open any blob; a tampered,
+truncated or foreign blob fails authentication and is rejected.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+from dataclasses import dataclass
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+_VERSION = b"\x01"
+_AAD = b"agentserve/responses/reasoning/v1"
+
+
+class SealError(ValueError):
+    """The blob is not one this deployment sealed (tampered, truncated, other key or format)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SealedReasoning:
+    text: str
+    model: str  # the canonical model id that produced it
+    response_id: str
+    output_index: int  # the item's position in that response's output
+
+
+class Sealer:
+    def __init__(self, secret_key: str | None) -> None:
+        # No key configured (unit use outside build_app): a random one, valid for this process only.
+        secret = secret_key.encode() if secret_key else os.urandom(32)
+        key = HKDF(algorithm=SHA256(), length=32, salt=None, info=b"agentserve encrypted_content").derive(
+            secret
+        )
+        self._aead = AESGCM(key)
+        self.key_id = hashlib.sha256(key).hexdigest()[:8]
+
+    def seal(self, item: SealedReasoning) -> str:
+        payload = orjson.dumps(
+            {"t": item.text, "m": item.model, "r": item.response_id, "i": item.output_index}
+        )
+        nonce = os.urandom(12)
+        blob = _VERSION + nonce + self._aead.encrypt(nonce, payload, _AAD)
+        return base64.urlsafe_b64encode(blob).decode().rstrip("=")
+
+    def open(self, blob: str) -> SealedReasoning:
+        try:
+            raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
+        except (binascii.Error, ValueError) as exc:
+            raise SealError("not base64url") from exc
+        if len(raw) < 1 + 12 + 16 or raw[:1] != _VERSION:
+            raise SealError("unknown format")
+        try:
+            payload = orjson.loads(self._aead.decrypt(raw[1:13], raw[13:], _AAD))
+            return SealedReasoning(
+                text=payload["t"], model=payload["m"], response_id=payload["r"], output_index=payload["i"]
+            )
+        except InvalidTag as exc:
+            raise SealError("authentication failed") from exc
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise SealError("bad payload") from exc

@@ -1,0 +1,83 @@
+"""Request-body decompression (`Content-Encoding`: zstd, gzip, deflate), bounded in output size.
+
+Codex sends zstd bodies behind the built-in OpenAI provider; gateways send gzip. Decompression is
+always bounded: a small compressed body can expand without limit (a "zip bomb"), so output past the
+cap is a 413, not an allocation.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+
+import zstandard
+
+from agentserve.protocol.errors import RequestError
+
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+SUPPORTED = ("zstd", "gzip", "x-gzip", "deflate", "identity")
+
+
+def _too_large(cap: int) -> RequestError:
+    return RequestError("too_large", f"request body exceeds {cap} bytes after decompression")
+
+
+def _malformed(encoding: str, exc: Exception) -> RequestError:
+    return RequestError("invalid_request", f"request body is not valid {encoding} data: {exc}")
+
+
+def _zstd(data: bytes, cap: int) -> bytes:
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+        out = reader.read(cap + 1)
+    except zstandard.ZstdError as exc:
+        raise _malformed("zstd", exc) from exc
+    if len(out) > cap:
+        raise _too_large(cap)
+    return out
+
+
+def _zlib(data: bytes, cap: int, wbits: int, name: str) -> bytes:
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(data, cap + 1)
+    except zlib.error as exc:
+        raise _malformed(name, exc) from exc
+    if len(out) > cap or d.unconsumed_tail:
+        raise _too_large(cap)
+    if not d.eof:
+        raise _malformed(name, ValueError("truncated stream"))
+    return out
+
+
+def _deflate(data: bytes, cap: int) -> bytes:
+    # HTTP "deflate" is zlib-wrapped (RFC 9110), but some clients send raw deflate.
+    try:
+        return _zlib(data, cap, zlib.MAX_WBITS, "deflate")
+    except RequestError as err:
+        if err.kind != "invalid_request":
+            raise
+        return _zlib(data, cap, -zlib.MAX_WBITS, "deflate")
+
+
+def decode_body(raw: bytes, content_encoding: str | None, cap: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """The request body with every listed coding undone (last applied first)."""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    unknown = [c for c in codings if c not in SUPPORTED]
+    if unknown:
+        raise RequestError(
+            "unsupported_media_type",
+            f"unsupported Content-Encoding '{unknown[0]}'; supported: zstd, gzip, deflate, identity",
+            param="Content-Encoding",
+        )
+    data = raw
+    for coding in reversed(codings):
+        if coding == "zstd":
+            data = _zstd(data, cap)
+        elif coding in ("gzip", "x-gzip"):
+            data = _zlib(data, cap, 16 + zlib.MAX_WBITS, "gzip")
+        elif coding == "deflate":
+            data = _deflate(data, cap)
+    if len(data) > cap:
+        raise _too_large(cap)
+    return data
