@@ -25,7 +25,9 @@ def _serve(ns: argparse.Namespace) -> int:
 
 
 def _doctor(ns: argparse.Namespace) -> int:
-    """Print what this machine will run: engine package, torch build, model checkpoint."""
+    """With a trace: where each turn stopped extending the previous one, and why. Without: the environment."""
+    if ns.trace:
+        return _doctor_trace(ns.trace, ns.model_path)
     report: dict[str, object] = {"python": sys.version.split()[0]}
     try:
         import torch
@@ -54,6 +56,28 @@ def _doctor(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor_trace(trace: str, model_path: str | None) -> int:
+    from agentserve.doctor.trace import read_trace, replay
+    from agentserve.prepare_model import prepare_model
+    from agentserve.preprocess.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(model_path or str(prepare_model()))
+    print(f"{'session':<20} {'turn':>4} {'prompt':>7} {'reused':>7} {'of':>7} {'ratio':>6}  cause")
+    turns: dict[str, int] = {}
+    worst = 1.0
+    for turn, report in replay(read_trace(trace), tok.decode, frozenset(tok.all_special_ids)):
+        turns[turn.session] = turns.get(turn.session, 0) + 1
+        if report is None:
+            print(f"{turn.session[:20]:<20} {turns[turn.session]:>4} {len(turn.prompt_ids):>7}  (first turn)")
+            continue
+        worst = min(worst, report.reuse_ratio)
+        print(
+            f"{turn.session[:20]:<20} {turns[turn.session]:>4} {len(turn.prompt_ids):>7} "
+            f"{report.reused_tokens:>7} {report.expected_tokens:>7} {report.reuse_ratio:>6.3f}  {report.cause or '-'}"
+        )
+    return 0 if worst >= 0.98 else 2
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="agentserve")
@@ -68,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("config", nargs="?", default="serve_config.yaml")
     s.set_defaults(func=_serve)
 
-    d = sub.add_parser("doctor", help="report the engine, torch build and model checkpoint")
+    d = sub.add_parser(
+        "doctor", help="analyse a recorded trace for prefix breaks, or report the engine and model checkpoint"
+    )
+    d.add_argument("trace", nargs="?", help="JSONL trace written with serve config `trace_path`")
+    d.add_argument("--model-path", default=None, help="tokenizer to decode with (default: the embedded model)")
     d.set_defaults(func=_doctor)
 
     ns = parser.parse_args(argv)

@@ -132,6 +132,8 @@ class ServeArgs(_Strict):
     # Key for what the server seals and later verifies (thinking signatures, encrypted reasoning).
     # None: build_app generates one per deployment, shared by every replica through the args.
     secret_key: str | None = None
+    # Append every finished turn's prompt and output token ids here (for `agentserve doctor TRACE`).
+    trace_path: str | None = None
     response_store: ResponseStoreSpec = ResponseStoreSpec()
     # Remove Claude Code's per-session `x-anthropic-billing-header: ...` text from system prompts before
     # tokenizing (it would otherwise defeat the prefix cache on every new session).

@@ -18,6 +18,7 @@ from ray.serve.handle import DeploymentHandle
 from agentserve import metrics
 from agentserve.config import ModelSpec
 from agentserve.doctor import PrefixReport, SessionTracker
+from agentserve.doctor.trace import TraceTurn, TraceWriter
 from agentserve.postprocess import Postprocessor
 from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest
 
@@ -42,6 +43,7 @@ class Pipeline:
         router: DeploymentHandle,
         engine: DeploymentHandle,
         tokenizer: Any,
+        trace_path: str | None = None,
     ) -> None:
         self._pre = preprocessor
         self._router = router
@@ -49,6 +51,7 @@ class Pipeline:
         self._tokenizer = tokenizer
         self._doctor = SessionTracker(tokenizer.decode, frozenset(tokenizer.all_special_ids))
         self._reports: OrderedDict[str, PrefixReport] = OrderedDict()
+        self._trace = TraceWriter(trace_path) if trace_path else None
 
     async def prepare(self, request: GenerationRequest) -> PreprocessedRequest:
         pre = await self._pre.preprocess.remote(request)
@@ -117,6 +120,8 @@ class Pipeline:
                 )
             if post.finish_reason in ("stop", "length"):
                 self._doctor.record(pre.session_key, pre.token_ids, post.output_ids)
+                if self._trace is not None:
+                    self._trace.write(TraceTurn(pre.session_key, pre.token_ids, post.output_ids))
             metrics.PROMPT_TOKENS.labels(model.id).inc(post.prompt_tokens)
             metrics.CACHED_TOKENS.labels(model.id).inc(post.cached_tokens)
             metrics.COMPLETION_TOKENS.labels(model.id).inc(post.completion_tokens)
