@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.agentserve-installed
 
-.PHONY: install model serve test test-unit test-integration test-e2e bench
+.PHONY: install model harnesses serve test test-unit test-integration test-e2e bench
 
 $(STAMP): pyproject.toml $(wildcard requirements/*.txt) scripts/install.sh
 	bash scripts/install.sh
@@ -13,10 +13,13 @@ install: $(STAMP)
 model: install
 	$(PY) -m agentserve.cli prepare-model
 
+harnesses:
+	bash scripts/install_harnesses.sh
+
 serve: model
 	$(VENV)/bin/serve run serve_config.yaml
 
-test: model
+test: model harnesses
 	$(PY) -m pytest tests -q -p no:cacheprovider
 
 test-unit: install
@@ -25,5 +28,5 @@ test-unit: install
 test-integration: model
 	$(PY) -m pytest tests/integration -q
 
-test-e2e: model
+test-e2e: model harnesses
 	$(PY) -m pytest tests/e2e -q
