@@ -6,6 +6,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import running_graph
+from tests.integration.anthropic_rules import ANTHROPIC_RULES
 from tests.integration.responses_rules import RESPONSES_RULES
 
 # Raw model output, markers included, as the scripted engine replays it token by token.
@@ -18,8 +19,10 @@ REASONING_TWO_CALLS = (
 
 RULES = [
     *RESPONSES_RULES,
+    *ANTHROPIC_RULES,
     {"match": "weather", "reply": REASONING_TWO_CALLS, "itl_ms": 2},
     {"match": "slow", "reply": "tick " * 400, "itl_ms": 25},
+    {"match": "broken", "reply": '<tool_call>\n{"name": "get_weather", "arguments": {"city": }}\n</tool_call>Sorry.', "itl_ms": 0},
     {"match": "stopword", "reply": "one two STOP three four", "itl_ms": 0},
     {"match": "think", "reply": "<think>Let me think.</think>The answer is 4.", "itl_ms": 0},
     {"match": "", "reply": "Hello! How can I help?", "itl_ms": 0},
@@ -44,6 +47,8 @@ def graph_url(model_path) -> Iterator[str]:
     args = {
         "engine": {"kind": "scripted", "block_size": 16, "rules": RULES},
         "enable_streaming_tool_dispatch": True,
+        "keepalive_interval_s": 0.1,  # Anthropic pings; the AS_KEEPALIVE rule's 150 ms gaps exceed it
+        "model": {"aliases": ["smollm2", "smollm2-135m-instruct", "claude-smollm2"]},
     }
     with running_graph(args) as url:
         yield url

@@ -198,3 +198,26 @@ def test_closing_the_stream_aborts_the_engine_request(graph_url):
         time.sleep(0.1)
     assert stats["aborted"] == before["aborted"] + 1
     assert stats["active"] == 0
+
+
+def test_malformed_call_comes_back_as_text_not_a_call(client):
+    resp = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "broken call"}], tools=[WEATHER_TOOL]
+    )
+    choice = resp.choices[0]
+    assert choice.finish_reason == "stop"
+    assert not choice.message.tool_calls
+    assert '"city": }' in choice.message.content and choice.message.content.endswith("Sorry.")
+
+
+def test_call_cut_by_max_tokens_is_reported_as_length_with_its_text(client):
+    resp = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "weather"}],
+        tools=[WEATHER_TOOL],
+        max_tokens=30,  # ends inside the first <tool_call>
+    )
+    choice = resp.choices[0]
+    assert choice.finish_reason == "length"
+    assert not choice.message.tool_calls
+    assert choice.message.content.startswith("<tool_call>")

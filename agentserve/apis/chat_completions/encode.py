@@ -13,7 +13,9 @@ from agentserve.protocol.events import (
     TextDelta,
     ToolCallArgsDelta,
     ToolCallEnd,
+    ToolCallError,
     ToolCallStart,
+    ToolCallTruncated,
     Usage,
 )
 
@@ -35,8 +37,6 @@ def usage_body(u: Usage) -> dict[str, Any]:
     }
 
 
-def _is_parse_error(event: Any) -> bool:
-    return type(event).__name__.endswith(("Error", "Truncated"))
 
 
 class ChatEncoder:
@@ -60,7 +60,6 @@ class ChatEncoder:
         self._calls: dict[int, dict[str, Any]] = {}
         self._text: list[str] = []
         self._reasoning: list[str] = []
-        self._errors: list[str] = []
         self.usage: Usage | None = None
         self.finish: Finish | None = None
 
@@ -81,8 +80,11 @@ class ChatEncoder:
             self.usage = ev
         elif isinstance(ev, Finish):
             self.finish = ev
-        elif _is_parse_error(ev):
-            self._errors.append(str(getattr(ev, "message", None) or type(ev).__name__))
+        elif isinstance(ev, (ToolCallError, ToolCallTruncated)):
+            # A call the parser could not complete is not a call: the model's text goes back as content
+            # (Chat Completions has no way to retract a started call), so nothing it wrote is lost.
+            self._calls.pop(ev.index, None)
+            self._text.append(ev.raw)
 
     def finish_reason(self) -> str:
         assert self.finish is not None
@@ -156,6 +158,8 @@ class ChatEncoder:
             elif isinstance(ev, ToolCallArgsDelta):
                 frag = {"index": ev.index, "function": {"arguments": ev.fragment}}
                 out.append(self._chunk({"tool_calls": [frag]}))
+            elif isinstance(ev, (ToolCallError, ToolCallTruncated)):
+                out.append(self._chunk({"content": ev.raw}))
             elif isinstance(ev, ToolCallEnd) and self._dispatch:
                 body = {"choice_index": 0, "tool_call": self._tool_call_body(ev.index)}
                 out.append(sse(body, event="tool_call_dispatch"))
