@@ -34,14 +34,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_graph_running: list[str] = []
+
+
 @contextmanager
 def running_graph(args: dict[str, Any], *, name: str = "agentserve") -> Iterator[str]:
-    """Start Ray, deploy build_app(args) through Serve, yield the base URL, tear everything down."""
+    """Start Ray, deploy build_app(args) through Serve, yield the base URL, tear everything down.
+
+    One graph at a time per test process: use module-scoped fixtures, so a module's graph is gone
+    before the next module starts its own (a second `serve.run` of the same app name would silently
+    replace the first one's config).
+    """
     import ray
     from ray import serve
 
     from agentserve.serve.app import build_app
 
+    if _graph_running:
+        raise RuntimeError(
+            f"a graph is already running for {_graph_running[0]}; make graph fixtures module-scoped"
+        )
+    _graph_running.append(name)
     port = free_port()
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
@@ -49,5 +62,6 @@ def running_graph(args: dict[str, Any], *, name: str = "agentserve") -> Iterator
         serve.run(build_app(args), name=name, route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
+        _graph_running.clear()
         serve.shutdown()
         ray.shutdown()

@@ -42,7 +42,7 @@ WEATHER_TOOL = {
 }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def graph_url(model_path) -> Iterator[str]:
     args = {
         "engine": {"kind": "scripted", "block_size": 16, "rules": RULES},
