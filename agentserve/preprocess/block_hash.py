@@ -6,15 +6,28 @@ import hashlib
 from array import array
 
 _SEED = b"agentserve-block-v1"
+ROOT = hashlib.blake2b(_SEED, digest_size=8).digest()
 
 
-def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
-    """Hash of block i covers tokens [0, (i+1)*block_size): equal hashes mean equal prefixes."""
-    out: list[int] = []
-    parent = hashlib.blake2b(_SEED, digest_size=8).digest()
+def chain_digests(token_ids: list[int], block_size: int, parent: bytes = ROOT) -> list[bytes]:
+    """Digests of the full blocks of `token_ids`, continuing the chain after `parent`.
+
+    The router re-keys an engine's KV events with it: an event carries its blocks' tokens and its
+    parent, so any engine hash algorithm maps onto the preprocessor's hashes.
+    """
+    out: list[bytes] = []
     full = len(token_ids) - len(token_ids) % block_size
     for start in range(0, full, block_size):
         block = array("I", token_ids[start : start + block_size]).tobytes()
         parent = hashlib.blake2b(parent + block, digest_size=8).digest()
-        out.append(int.from_bytes(parent, "big", signed=False) >> 1)  # fits int64
+        out.append(parent)
     return out
+
+
+def digest_value(digest: bytes) -> int:
+    return int.from_bytes(digest, "big", signed=False) >> 1  # fits int64
+
+
+def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
+    """Hash of block i covers tokens [0, (i+1)*block_size): equal hashes mean equal prefixes."""
+    return [digest_value(d) for d in chain_digests(token_ids, block_size)]

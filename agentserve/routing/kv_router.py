@@ -1,0 +1,238 @@
+"""The KV-aware router: prefix index + load + cost + admission, with replicas joining and leaving.
+
+Plain Python (asyncio only for admission waits); `serve/router.py` wraps it as the Router deployment
+and feeds it KV events. Modes: `kv` (index from engine KV events, plus provisional entries for
+prompts routed but not yet reported), `approx` (index learned from routing decisions only),
+`least_loaded` (no prefix term).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Callable, Literal
+
+from agentserve.protocol import PreprocessedRequest, RouteDecision
+from agentserve.routing.admission import AdmissionQueue
+from agentserve.routing.approx import ApproxIndex
+from agentserve.routing.cost import Candidate, Choice, CostConfig, choose, request_blocks
+from agentserve.routing.index import ApplyStats, EventIndex
+from agentserve.routing.kv_events import KvEvent
+from agentserve.routing.load import LoadTracker, ReplicaLoad
+
+Mode = Literal["kv", "approx", "least_loaded"]
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    cost: CostConfig
+    mode: Mode = "kv"
+    expire_after_s: float = 10.0  # a replica silent this long is dropped
+    provisional_ttl_s: float = 30.0  # kv mode: routed prompts count as cached until events confirm
+    approx_ttl_s: float = 120.0
+    approx_max_blocks: int = 1 << 20
+    max_waiting: int = 1024
+    max_wait_s: float = 30.0
+    retry_after_s: float = 2.0
+    max_sessions: int = 100_000
+
+
+@dataclass
+class _Replica:
+    last_seen: float
+    events: bool  # fed by KV events (else approximate even in kv mode)
+
+
+class KvRouter:
+    def __init__(
+        self, cfg: RouterConfig, *, clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None
+    ) -> None:
+        self.cfg = cfg
+        self._clock = clock
+        self._rng = rng or random.Random(0)
+        self._events = EventIndex(cfg.cost.block_size)
+        ttl = cfg.approx_ttl_s if cfg.mode == "approx" else cfg.provisional_ttl_s
+        self._learned = ApproxIndex(ttl_s=ttl, max_blocks=cfg.approx_max_blocks, clock=clock)
+        self._load = LoadTracker()
+        self._replicas: dict[str, _Replica] = {}
+        self._sessions: OrderedDict[str, str] = OrderedDict()
+        self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
+            max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock
+        )
+        self.counters = {"routed": 0, "prefix": 0, "affinity": 0, "queued": 0}
+
+    # -- membership -----------------------------------------------------------
+    def register(self, replica: str, *, events: bool) -> None:
+        """A replica joined (or restarted under the same id: its cache is empty again)."""
+        if replica in self._replicas:
+            self._events.clear(replica)
+            self._learned.clear(replica)
+        self._replicas[replica] = _Replica(self._clock(), events)
+        for part in (self._events, self._learned, self._load):
+            part.add_replica(replica)
+        self._pump()
+
+    def heartbeat(self, replica: str) -> bool:
+        """False if the replica is unknown (the router restarted): it should register again."""
+        rep = self._replicas.get(replica)
+        if rep is None:
+            return False
+        rep.last_seen = self._clock()
+        return True
+
+    def remove(self, replica: str) -> list[str]:
+        """Forget a replica (left, died, or stopped reporting); returns the requests it had."""
+        if self._replicas.pop(replica, None) is None:
+            return []
+        self._events.remove_replica(replica)
+        self._learned.remove_replica(replica)
+        for s in [s for s, r in self._sessions.items() if r == replica]:
+            del self._sessions[s]
+        return self._load.remove_replica(replica)
+
+    def expire(self) -> list[str]:
+        now = self._clock()
+        stale = [r for r, rep in self._replicas.items() if now - rep.last_seen > self.cfg.expire_after_s]
+        for r in stale:
+            self.remove(r)
+        return stale
+
+    def replicas(self) -> list[str]:
+        return sorted(self._replicas)
+
+    # -- cache state ---------------------------------------------------------
+    def apply_events(self, replica: str, events: list[KvEvent]) -> ApplyStats:
+        return self._events.apply(replica, events)
+
+    def stored_hashes(self, replica: str, hashes: list[int]) -> None:
+        """Index blocks reported directly in the preprocessor's hashes (simulated engines)."""
+        self._events.index.add(replica, hashes)
+
+    def removed_hashes(self, replica: str, hashes: list[int]) -> None:
+        self._events.index.remove(replica, hashes)
+
+    def forget_cache(self, replica: str) -> None:
+        """The event stream had a gap we could not replay: start the replica's index afresh."""
+        self._events.clear(replica)
+
+    def overlaps(self, block_hashes: list[int]) -> dict[str, int]:
+        if self.cfg.mode == "least_loaded":
+            return {}
+        learned = self._learned.overlaps(block_hashes)
+        if self.cfg.mode == "approx":
+            return learned
+        found = self._events.index.overlaps(block_hashes)
+        for r, n in learned.items():
+            if n > found.get(r, 0):
+                found[r] = n
+        return found
+
+    # -- routing -------------------------------------------------------------
+    def try_route(self, req: PreprocessedRequest) -> RouteDecision | None:
+        """Route now, or None when every replica is saturated."""
+        self.expire()
+        if not self._replicas:
+            return RouteDecision(replica_id=None, reason="no_replica")
+        overlaps = self.overlaps(req.block_hashes)
+        cands = [
+            Candidate(r, overlaps.get(r, 0), self._load.load(r), self._index_size(r)) for r in self._replicas
+        ]
+        cfg = self.cfg.cost
+        osl = req.hints.osl
+        new_blocks = request_blocks(req.prompt_tokens, osl, req.max_tokens, cfg)
+        session = self._session_key(req)
+        choice = choose(
+            cands,
+            prompt_tokens=req.prompt_tokens,
+            new_blocks=new_blocks,
+            cfg=cfg,
+            session_replica=self._sessions.get(session) if session else None,
+            rng=self._rng,
+        )
+        if choice is None:
+            return None
+        self._commit(req, choice, new_blocks, session)
+        return RouteDecision(replica_id=choice.replica, overlap_blocks=choice.overlap_blocks, reason=choice.reason)
+
+    async def route(self, req: PreprocessedRequest) -> RouteDecision:
+        decision = self.try_route(req)
+        if decision is not None:
+            return decision
+        self.counters["queued"] += 1
+        jump = float(req.hints.priority) + float(req.hints.latency_sensitivity or 0.0)
+        return await self._queue.wait(req, jump)
+
+    def route_to(self, req: PreprocessedRequest, replica: str) -> RouteDecision | None:
+        """Account a request pinned to a replica by the caller (speculative prefill); None if unknown."""
+        if replica not in self._replicas:
+            return None
+        overlap = self.overlaps(req.block_hashes).get(replica, 0)
+        cfg = self.cfg.cost
+        blocks = request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, cfg)
+        choice = Choice(replica, overlap, 0.0, "affinity")
+        self._commit(req, choice, blocks, self._session_key(req))
+        return RouteDecision(replica_id=replica, overlap_blocks=overlap, reason="affinity")
+
+    def first_token(self, request_id: str) -> None:
+        self._load.first_token(request_id)
+        self._pump()
+
+    def release(self, request_id: str) -> None:
+        self._load.release(request_id)
+        self._pump()
+
+    def load(self, replica: str) -> ReplicaLoad:
+        return self._load.load(replica)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    @property
+    def rejected(self) -> int:
+        return self._queue.rejected
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        out = {}
+        for r in sorted(self._replicas):
+            ld = self._load.load(r)
+            out[r] = {
+                "in_flight": ld.in_flight,
+                "prefill_tokens": ld.prefill_tokens,
+                "active_blocks": round(ld.active_blocks, 2),
+                "indexed_blocks": self._events.index.size(r),
+                "learned_blocks": self._learned.index.size(r),
+            }
+        return out
+
+    # -- internals -----------------------------------------------------------
+    def _index_size(self, replica: str) -> int:
+        return self._events.index.size(replica) + self._learned.index.size(replica)
+
+    @staticmethod
+    def _session_key(req: PreprocessedRequest) -> str:
+        return req.hints.session_id or getattr(req, "session_key", "") or ""
+
+    def _commit(self, req: PreprocessedRequest, choice: Choice, new_blocks: float, session: str) -> None:
+        uncached = max(0, req.prompt_tokens - choice.overlap_blocks * self.cfg.cost.block_size)
+        self._load.start(req.request_id, choice.replica, uncached, new_blocks)
+        if self.cfg.mode != "least_loaded":
+            self._learned.learn(choice.replica, req.block_hashes)
+        if session:
+            self._sessions[session] = choice.replica
+            self._sessions.move_to_end(session)
+            if len(self._sessions) > self.cfg.max_sessions:
+                self._sessions.popitem(last=False)
+        self.counters["routed"] += 1
+        if choice.reason in ("prefix", "affinity"):
+            self.counters[choice.reason] += 1
+
+    def _pump(self) -> None:
+        if len(self._queue):
+            self._queue.pump(self.try_route)
+
+
+def with_mode(cfg: RouterConfig, mode: Mode) -> RouterConfig:
+    return replace(cfg, mode=mode)

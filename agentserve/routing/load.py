@@ -1,0 +1,91 @@
+"""Active load per replica, from the router's own bookkeeping (no round trip to the engines).
+
+A routed request adds its uncached prompt tokens to the replica's pending prefill until its first
+token, and its KV blocks (prompt plus expected output: the `osl` hint, else a default) until release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    in_flight: int = 0
+    prefill_tokens: int = 0  # uncached prompt tokens routed here and not yet prefilled
+    active_blocks: float = 0.0  # KV blocks held by requests routed here and not yet released
+
+
+@dataclass(slots=True)
+class _Active:
+    replica: str
+    prefill_tokens: int
+    blocks: float
+    prefilled: bool = False
+
+
+@dataclass
+class _Totals:
+    in_flight: int = 0
+    prefill_tokens: int = 0
+    active_blocks: float = 0.0
+    requests: set[str] = field(default_factory=set)
+
+
+class LoadTracker:
+    def __init__(self) -> None:
+        self._active: dict[str, _Active] = {}
+        self._replicas: dict[str, _Totals] = {}
+
+    def add_replica(self, replica: str) -> None:
+        self._replicas.setdefault(replica, _Totals())
+
+    def remove_replica(self, replica: str) -> list[str]:
+        """Forget a replica; returns the requests that were running on it."""
+        t = self._replicas.pop(replica, None)
+        if t is None:
+            return []
+        for rid in t.requests:
+            self._active.pop(rid, None)
+        return sorted(t.requests)
+
+    def load(self, replica: str) -> ReplicaLoad:
+        t = self._replicas.get(replica)
+        if t is None:
+            return ReplicaLoad()
+        return ReplicaLoad(t.in_flight, t.prefill_tokens, t.active_blocks)
+
+    def replica_of(self, request_id: str) -> str | None:
+        a = self._active.get(request_id)
+        return a.replica if a else None
+
+    def start(self, request_id: str, replica: str, prefill_tokens: int, blocks: float) -> None:
+        t = self._replicas.get(replica)
+        if t is None or request_id in self._active:
+            return
+        self._active[request_id] = _Active(replica, prefill_tokens, blocks)
+        t.in_flight += 1
+        t.prefill_tokens += prefill_tokens
+        t.active_blocks += blocks
+        t.requests.add(request_id)
+
+    def first_token(self, request_id: str) -> None:
+        a = self._active.get(request_id)
+        if a is None or a.prefilled:
+            return
+        a.prefilled = True
+        t = self._replicas.get(a.replica)
+        if t is not None:
+            t.prefill_tokens -= a.prefill_tokens
+
+    def release(self, request_id: str) -> str | None:
+        self.first_token(request_id)
+        a = self._active.pop(request_id, None)
+        if a is None:
+            return None
+        t = self._replicas.get(a.replica)
+        if t is not None:
+            t.in_flight -= 1
+            t.active_blocks -= a.blocks
+            t.requests.discard(request_id)
+        return a.replica

@@ -1,0 +1,450 @@
+"""A discrete-event simulator of multi-turn agent sessions on N engine replicas with finite KV caches.
+
+Why a simulator: routing quality shows at 4-64 replicas and thousands of sessions, far beyond what
+this machine can run for real. The engine model is deliberately simple and stated here:
+
+* each replica prefills one request at a time (priority, then arrival order); a prefill costs
+  `prefill_overhead_ms + uncached tokens * prefill_ms_per_token`, with the cache hit taken when the
+  prefill starts (vLLM reuses only leading full blocks, and always recomputes the last token);
+* decoding runs beside prefill: `osl * itl`, where itl grows with the replica's decode batch;
+* the KV cache is an LRU over blocks; a request's prompt blocks are stored when its prefill ends
+  and its output blocks when decoding ends, touched tail-first (vLLM evicts a finished request's
+  tail first); stores and evictions are reported to the router as KV events would be;
+* a replica sheds (rejects) a request when the prefill work queued on it exceeds `shed_after_s`;
+  a shed turn ends its session.
+
+Sessions: a shared system prompt (one of a few), then turns that each append the assistant output
+and a tool result, with a tool-call gap between turns. Block ids stand in for chained hashes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import statistics
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from agentserve.protocol import AgentHints, PreprocessedRequest, SamplingParams
+from agentserve.routing.approx import ApproxIndex
+from agentserve.routing.cost import CostConfig
+from agentserve.routing.kv_router import KvRouter, Mode, RouterConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    sessions: int = 1000
+    system_prompts: int = 6
+    system_blocks: tuple[int, int] = (16, 64)  # shared system prompt + tools, in blocks
+    first_user_tokens: tuple[int, int] = (200, 2000)
+    turns: tuple[int, int] = (3, 16)
+    tool_result_tokens: tuple[int, int] = (100, 2500)
+    output_tokens: tuple[int, int] = (30, 400)
+    gap_s: float = 3.0  # mean tool-call gap between a turn's end and the next request
+    block_size: int = 128  # vLLM's CPU default; coarse blocks keep the simulation fast
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaModel:
+    kv_blocks: int = 1024  # 131K tokens per replica
+    prefill_ms_per_token: float = 0.1
+    prefill_overhead_ms: float = 5.0
+    itl_ms: float = 20.0
+    itl_batch_slope: float = 1 / 32  # itl *= 1 + slope * decoding requests
+    shed_after_s: float = 20.0
+
+
+@dataclass(slots=True)
+class Turn:
+    prompt_tokens: int
+    output_tokens: int
+    gap_s: float
+
+
+@dataclass(slots=True)
+class Session:
+    sid: int
+    start_s: float
+    blocks: list[int]  # block ids of the whole session stream (system prompt ids shared)
+    turns: list[Turn]
+
+
+def make_sessions(w: Workload, session_rate: float) -> list[Session]:
+    rng = random.Random(w.seed)
+    bs = w.block_size
+    systems = []
+    for k in range(w.system_prompts):
+        n = rng.randint(*w.system_blocks)
+        systems.append([(1 << 40) + (k << 20) + i for i in range(n)])
+    weights = [1 / (k + 1) for k in range(w.system_prompts)]  # a few popular harness prompts
+    out, t = [], 0.0
+    for sid in range(w.sessions):
+        t += rng.expovariate(session_rate)
+        sys_ids = rng.choices(systems, weights)[0]
+        length = len(sys_ids) * bs + rng.randint(*w.first_user_tokens)
+        turns = []
+        for k in range(rng.randint(*w.turns)):
+            osl = rng.randint(*w.output_tokens)
+            turns.append(Turn(length, osl, rng.expovariate(1 / w.gap_s)))
+            length += osl + rng.randint(*w.tool_result_tokens)
+        total_blocks = length // bs + 1
+        own = [((sid + 1) << 20) + i for i in range(len(sys_ids), total_blocks)]
+        out.append(Session(sid, t, sys_ids + own, turns))
+    return out
+
+
+@dataclass(slots=True)
+class Request:
+    rid: int
+    session: Session
+    turn: int
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    blocks: list[int]  # full prompt blocks
+    replica: int = -1
+    cached_tokens: int = 0
+    ttft: float = 0.0
+    est_prefill_s: float = 0.0
+
+
+class LruCache:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+
+    def peek(self, ids: list[int], usable: int) -> int:
+        n = 0
+        for h in ids[:usable]:
+            if h not in self.blocks:
+                break
+            n += 1
+        return n
+
+    def hit(self, ids: list[int], usable: int) -> int:
+        n = self.peek(ids, usable)
+        for h in reversed(ids[:n]):
+            self.blocks.move_to_end(h)
+        return n
+
+    def store(self, ids: list[int]) -> tuple[list[int], list[int]]:
+        """Touch tail-first so the head stays most recent; returns (new ids, evicted ids)."""
+        new = []
+        for h in reversed(ids):
+            if h in self.blocks:
+                self.blocks.move_to_end(h)
+            else:
+                self.blocks[h] = None
+                new.append(h)
+        evicted = []
+        while len(self.blocks) > self.capacity:
+            evicted.append(self.blocks.popitem(last=False)[0])
+        return new, evicted
+
+
+@dataclass
+class Replica:
+    idx: int
+    cache: LruCache
+    queue: deque = field(default_factory=deque)
+    prefilling: Request | None = None
+    prefill_end: float = 0.0
+    decoding: int = 0
+    busy_s: float = 0.0
+    served: int = 0
+
+    @property
+    def ongoing(self) -> int:
+        return len(self.queue) + (self.prefilling is not None) + self.decoding
+
+    def pending_work_s(self, now: float) -> float:
+        left = max(0.0, self.prefill_end - now) if self.prefilling else 0.0
+        return left + sum(r.est_prefill_s for r in self.queue)
+
+
+class SimRouter(Protocol):
+    name: str
+
+    def route(self, req: Request, replicas: list[Replica], now: float) -> int: ...
+    def stored(self, replica: int, ids: list[int]) -> None: ...
+    def removed(self, replica: int, ids: list[int]) -> None: ...
+    def first_token(self, req: Request) -> None: ...
+    def release(self, req: Request) -> None: ...
+
+
+class _Base:
+    name = "base"
+
+    def stored(self, replica: int, ids: list[int]) -> None: ...
+    def removed(self, replica: int, ids: list[int]) -> None: ...
+    def first_token(self, req: Request) -> None: ...
+    def release(self, req: Request) -> None: ...
+
+
+class RoundRobin(_Base):
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self._next = itertools.count()
+
+    def route(self, req, replicas, now):
+        return next(self._next) % len(replicas)
+
+
+class PowerOfTwo(_Base):
+    """Serve's default: two random replicas, the one with fewer ongoing requests."""
+
+    name = "power-of-two"
+
+    def __init__(self, seed: int = 1) -> None:
+        self._rng = random.Random(seed)
+
+    def route(self, req, replicas, now):
+        a, b = self._rng.sample(range(len(replicas)), 2) if len(replicas) > 1 else (0, 0)
+        return a if replicas[a].ongoing <= replicas[b].ongoing else b
+
+
+class PrefixAffinity(_Base):
+    """Ray Serve's PrefixCacheAffinityRouter, at block rather than character granularity (its defaults:
+    imbalance threshold 10 ongoing requests, match rate 0.1, per-tenant eviction at 400K characters)."""
+
+    name = "prefix-affinity (Ray)"
+
+    def __init__(self, block_size: int, seed: int = 2, chars_per_token: float = 4.0) -> None:
+        cap = int(400_000 / chars_per_token / block_size)
+        self._tree = ApproxIndex(ttl_s=float("inf"), max_blocks=cap, clock=lambda: 0.0)
+        self._p2c = PowerOfTwo(seed)
+        self._names: list[str] = []
+
+    def route(self, req, replicas, now):
+        if not self._names:
+            self._names = [f"r{i}" for i in range(len(replicas))]
+            for n in self._names:
+                self._tree.add_replica(n)
+        q = [r.ongoing for r in replicas]
+        if max(q) - min(q) > 10:
+            pick = self._p2c.route(req, replicas, now)
+        else:
+            match = self._tree.index.overlaps(req.blocks)
+            best = max(match.values(), default=0)
+            if req.blocks and best / len(req.blocks) >= 0.1:
+                tenants = [i for i, n in enumerate(self._names) if match.get(n, 0) == best]
+                pick = min(tenants, key=lambda i: q[i])
+            else:
+                sizes = [self._tree.index.size(n) for n in self._names]
+                small = [i for i, s in enumerate(sizes) if s == min(sizes)]
+                pick = min(small, key=lambda i: q[i])
+        self._tree.learn(self._names[pick], req.blocks)
+        return pick
+
+
+class Oracle(_Base):
+    """Perfect, instant knowledge of every cache; longest cached prefix wins, load ignored but for ties."""
+
+    name = "oracle (max hit, load-blind)"
+
+    def route(self, req, replicas, now):
+        usable = max(0, (req.prompt_tokens - 1) // BLOCK_SIZE_HINT[0])
+        return max(
+            range(len(replicas)), key=lambda i: (replicas[i].cache.peek(req.blocks, usable), -replicas[i].ongoing)
+        )
+
+
+BLOCK_SIZE_HINT = [128]
+
+
+class Ours(_Base):
+    """agentserve's KvRouter, fed by the simulated replicas' store/evict reports."""
+
+    def __init__(self, block_size: int, mode: Mode = "kv", **cost: float) -> None:
+        self.name = {"kv": "agentserve kv", "approx": "agentserve approx"}.get(mode, f"agentserve {mode}")
+        cfg = RouterConfig(cost=CostConfig(block_size=block_size, **cost), mode=mode, expire_after_s=1e18)
+        self._now = [0.0]
+        self._r = KvRouter(cfg, clock=lambda: self._now[0])
+        self._names: list[str] = []
+
+    def route(self, req, replicas, now):
+        self._now[0] = now
+        if not self._names:
+            self._names = [f"r{i}" for i in range(len(replicas))]
+            for n in self._names:
+                self._r.register(n, events=True)
+        pre = PreprocessedRequest.model_construct(
+            request_id=str(req.rid),
+            model="m",
+            token_ids=range(req.prompt_tokens),
+            block_hashes=req.blocks,
+            sampling=SamplingParams(),
+            hints=AgentHints(session_id=str(req.session.sid)),
+            max_tokens=4096,
+        )
+        d = self._r.try_route(pre)
+        assert d is not None and d.replica_id is not None
+        return int(d.replica_id[1:])
+
+    def stored(self, replica, ids):
+        self._r.stored_hashes(f"r{replica}", ids)
+
+    def removed(self, replica, ids):
+        self._r.removed_hashes(f"r{replica}", ids)
+
+    def first_token(self, req):
+        self._r.first_token(str(req.rid))
+
+    def release(self, req):
+        self._r.release(str(req.rid))
+
+
+@dataclass(frozen=True)
+class Result:
+    router: str
+    replicas: int
+    sessions: int
+    requests: int
+    served: int
+    rejected: int
+    hit_rate: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    util_mean: float
+    util_max_over_mean: float
+    served_max_over_mean: float
+    upper_bound_hit_rate: float
+
+
+def simulate(
+    router: SimRouter, n_replicas: int, sessions: list[Session], w: Workload, m: ReplicaModel
+) -> Result:
+    bs = w.block_size
+    BLOCK_SIZE_HINT[0] = bs
+    replicas = [Replica(i, LruCache(m.kv_blocks)) for i in range(n_replicas)]
+    heap: list = []
+    seq = itertools.count()
+    rids = itertools.count()
+    done: list[Request] = []
+    rejected = 0
+    seen_blocks: set[int] = set()
+    ub_cached = ub_total = 0
+
+    def push(t: float, kind: int, obj) -> None:
+        heapq.heappush(heap, (t, next(seq), kind, obj))
+
+    def est_prefill(rep: Replica, req: Request) -> float:
+        usable = max(0, (req.prompt_tokens - 1) // bs)
+        hit = rep.cache.peek(req.blocks, usable)
+        return (m.prefill_overhead_ms + (req.prompt_tokens - hit * bs) * m.prefill_ms_per_token) / 1000
+
+    def start_prefill(rep: Replica, now: float) -> None:
+        if rep.prefilling is not None or not rep.queue:
+            return
+        req = rep.queue.popleft()
+        usable = max(0, (req.prompt_tokens - 1) // bs)
+        hit = rep.cache.hit(req.blocks, usable)
+        req.cached_tokens = hit * bs
+        dur = (m.prefill_overhead_ms + (req.prompt_tokens - req.cached_tokens) * m.prefill_ms_per_token) / 1000
+        rep.prefilling, rep.prefill_end = req, now + dur
+        rep.busy_s += dur
+        push(now + dur, 1, req)
+
+    def store(rep: Replica, ids: list[int]) -> None:
+        new, evicted = rep.cache.store(ids)
+        if evicted:
+            router.removed(rep.idx, evicted)
+        if new:
+            router.stored(rep.idx, new)
+
+    for s in sessions:
+        push(s.start_s, 0, (s, 0))
+    now = 0.0
+    while heap:
+        now, _, kind, obj = heapq.heappop(heap)
+        if kind == 0:  # a turn arrives
+            s, k = obj
+            t = s.turns[k]
+            blocks = s.blocks[: t.prompt_tokens // bs]
+            req = Request(next(rids), s, k, now, t.prompt_tokens, t.output_tokens, blocks)
+            usable = (t.prompt_tokens - 1) // bs
+            hit = 0
+            for h in blocks[:usable]:
+                if h not in seen_blocks:
+                    break
+                hit += 1
+            ub_cached += hit * bs
+            ub_total += t.prompt_tokens
+            seen_blocks.update(blocks)
+            i = router.route(req, replicas, now)
+            rep = replicas[i]
+            req.replica = i
+            req.est_prefill_s = est_prefill(rep, req)
+            if rep.pending_work_s(now) > m.shed_after_s:
+                rejected += 1
+                router.release(req)
+                continue
+            rep.queue.append(req)
+            start_prefill(rep, now)
+        elif kind == 1:  # prefill done: first token
+            req = obj
+            rep = replicas[req.replica]
+            req.ttft = now - req.arrival + m.itl_ms / 1000
+            store(rep, req.blocks)
+            router.first_token(req)
+            rep.prefilling = None
+            itl = m.itl_ms * (1 + m.itl_batch_slope * rep.decoding) / 1000
+            rep.decoding += 1
+            push(now + req.output_tokens * itl, 2, req)
+            start_prefill(rep, now)
+        else:  # decode done
+            req = obj
+            rep = replicas[req.replica]
+            rep.decoding -= 1
+            rep.served += 1
+            end = (req.prompt_tokens + req.output_tokens) // bs
+            store(rep, req.session.blocks[:end])
+            router.release(req)
+            done.append(req)
+            s = req.session
+            if req.turn + 1 < len(s.turns):
+                push(now + s.turns[req.turn].gap_s, 0, (s, req.turn + 1))
+
+    span = max(now - min(s.start_s for s in sessions), 1e-9)
+    utils = [r.busy_s / span for r in replicas]
+    served = [r.served for r in replicas]
+    ttfts = sorted(r.ttft for r in done)
+    prompt = sum(r.prompt_tokens for r in done) or 1
+    mean_u = statistics.fmean(utils)
+    mean_s = statistics.fmean(served) or 1
+    return Result(
+        router=router.name,
+        replicas=n_replicas,
+        sessions=len(sessions),
+        requests=len(done) + rejected,
+        served=len(done),
+        rejected=rejected,
+        hit_rate=sum(r.cached_tokens for r in done) / prompt,
+        ttft_p50_ms=_pct(ttfts, 0.50) * 1000,
+        ttft_p99_ms=_pct(ttfts, 0.99) * 1000,
+        util_mean=mean_u,
+        util_max_over_mean=max(utils) / mean_u if mean_u else 0.0,
+        served_max_over_mean=max(served) / mean_s,
+        upper_bound_hit_rate=ub_cached / max(ub_total, 1),
+    )
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def routers(block_size: int, **ours_cost: float) -> list[Callable[[], SimRouter]]:
+    return [
+        RoundRobin,
+        PowerOfTwo,
+        lambda: PrefixAffinity(block_size),
+        lambda: Ours(block_size, "approx", **ours_cost),
+        lambda: Ours(block_size, "kv", **ours_cost),
+        Oracle,
+    ]
