@@ -1,0 +1,287 @@
+"""Anthropic Messages request -> GenerationRequest (API-neutral), keeping every block in its original order.
+
+- `system` (string or text blocks) becomes the first system turn; `role: "system"` messages and
+  `mid_conv_system` blocks become system turns in place, so earlier turns render exactly as before.
+- Consecutive text blocks of a user or system turn are joined with "\n" (Claude Code sends `<system-reminder>`
+  blocks next to the prompt); assistant text is kept block by block, as generated.
+- Assistant thinking must carry a signature this server issued over that exact text; `redacted_thinking` is
+  opaque (this server never issues it and the model cannot read it), so it is accepted and left out of the prompt.
+- `tool_result` content (string or blocks) and `is_error` reach the prompt; `cache_control` is accepted anywhere
+  and ignored (the engine's prefix cache is automatic).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentserve.apis.anthropic.schema import (
+    CountTokensRequest,
+    DocumentParam,
+    ImageParam,
+    MessageParam,
+    MessagesRequest,
+    MidConvSystemParam,
+    RedactedThinkingParam,
+    TextParam,
+    ThinkingEnabled,
+    ThinkingParam,
+    ToolChoiceAny,
+    ToolChoiceNone,
+    ToolChoiceTool,
+    ToolResultParam,
+    ToolUseParam,
+)
+from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.protocol import (
+    AgentHints,
+    Block,
+    Conversation,
+    GenerationRequest,
+    ImageBlock,
+    NamedToolChoice,
+    ReasoningBlock,
+    SamplingParams,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Turn,
+)
+from agentserve.protocol.errors import RequestError
+
+IMAGE_PLACEHOLDER = "[image omitted: this model does not read images]"
+
+
+def _bad(message: str, param: str | None = None) -> RequestError:
+    return RequestError("invalid_request", message, param=param)
+
+
+def _joined_text(parts: list[str]) -> list[Block]:
+    text = "\n".join(p for p in parts if p)
+    return [TextBlock(text=text)] if text else []
+
+
+def _image_url(block: ImageParam, where: str) -> str:
+    src = block.source
+    if src.type == "url" and src.url:
+        return src.url
+    if src.type == "base64" and src.data and src.media_type:
+        return f"data:{src.media_type};base64,{src.data}"
+    raise _bad(f"{where}: image source needs `url`, or `media_type` and `data`", where)
+
+
+def _document_text(block: DocumentParam, where: str) -> str:
+    src = block.source
+    if src.get("type") == "text" and isinstance(src.get("data"), str):
+        return src["data"]
+    if src.get("type") == "content" and isinstance(src.get("content"), (str, list)):
+        content = src["content"]
+        if isinstance(content, str):
+            return content
+        return "\n".join(c.get("text", "") for c in content if isinstance(c, dict))
+    raise _bad(f"{where}: only plain-text documents are supported by this model", where)
+
+
+def _tool_result_text(block: ToolResultParam) -> str:
+    if block.content is None:
+        return ""
+    if isinstance(block.content, str):
+        return block.content
+    parts: list[str] = []
+    for item in block.content:
+        kind = item.get("type")
+        if isinstance(item.get("text"), str):
+            parts.append(item["text"])
+        elif kind == "image":
+            parts.append(IMAGE_PLACEHOLDER)
+        elif kind == "tool_reference" and isinstance(item.get("tool_name"), str):
+            parts.append(f"Tool: {item['tool_name']}")
+        elif kind == "document" and isinstance(item.get("source"), dict):
+            src = item["source"]
+            if src.get("type") == "text" and isinstance(src.get("data"), str):
+                parts.append(src["data"])
+    return "\n".join(parts)
+
+
+class _TurnBuilder:
+    """Turns in order; a user message may yield several (a mid_conv_system block splits it in place)."""
+
+    def __init__(self, signer: ThinkingSigner | None) -> None:
+        self.turns: list[Turn] = []
+        self._signer = signer
+
+    def _push(self, role: str, blocks: list[Block]) -> None:
+        if blocks:
+            self.turns.append(Turn(role=role, blocks=tuple(blocks)))  # type: ignore[arg-type]
+
+    def system(self, texts: list[str]) -> None:
+        self._push("system", _joined_text(texts))
+
+    def user(self, msg: MessageParam, where: str) -> None:
+        if isinstance(msg.content, str):
+            self._push("user", _joined_text([msg.content]))
+            return
+        blocks: list[Block] = []
+        texts: list[str] = []  # a run of consecutive text blocks, joined when the run ends
+
+        def end_text_run() -> None:
+            blocks.extend(_joined_text(texts))
+            texts.clear()
+
+        for j, block in enumerate(msg.content):
+            at = f"{where}.content.{j}"
+            if isinstance(block, TextParam):
+                texts.append(block.text)
+            elif isinstance(block, DocumentParam):
+                texts.append(_document_text(block, at))
+            elif isinstance(block, ImageParam):
+                end_text_run()
+                blocks.append(ImageBlock(url=_image_url(block, at)))
+            elif isinstance(block, ToolResultParam):
+                end_text_run()
+                blocks.append(
+                    ToolResultBlock(
+                        tool_call_id=block.tool_use_id,
+                        content=_tool_result_text(block),
+                        is_error=bool(block.is_error),
+                    )
+                )
+            elif isinstance(block, MidConvSystemParam):
+                end_text_run()
+                self._push("user", blocks[:])
+                blocks.clear()
+                self.system([t.text for t in block.content])
+            else:
+                raise _bad(f"{at}: a user message cannot contain a `{block.type}` block", at)
+        end_text_run()
+        self._push("user", blocks)
+
+    def assistant(self, msg: MessageParam, where: str) -> None:
+        if isinstance(msg.content, str):
+            self._push("assistant", [TextBlock(text=msg.content)] if msg.content else [])
+            return
+        blocks: list[Block] = []
+        for j, block in enumerate(msg.content):
+            at = f"{where}.content.{j}"
+            if isinstance(block, TextParam):
+                blocks.append(TextBlock(text=block.text))
+            elif isinstance(block, ThinkingParam):
+                if self._signer is not None and not self._signer.verify(block.thinking, block.signature):
+                    raise _bad(f"{at}: Invalid `signature` in `thinking` block", at)
+                blocks.append(ReasoningBlock(text=block.thinking, signature=block.signature))
+            elif isinstance(block, RedactedThinkingParam):
+                continue  # opaque: accepted, never rendered
+            elif isinstance(block, ToolUseParam):
+                args = json.dumps(block.input, ensure_ascii=False)
+                blocks.append(ToolCallBlock(id=block.id, name=block.name, arguments=args))
+            else:
+                raise _bad(f"{at}: an assistant message cannot contain a `{block.type}` block", at)
+        self._push("assistant", blocks)
+
+
+def _system_texts(system: str | list[TextParam] | None) -> list[str]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [system]
+    return [b.text for b in system]
+
+
+def _tools(req: CountTokensRequest) -> tuple[ToolSpec, ...]:
+    specs: list[ToolSpec] = []
+    for i, tool in enumerate(req.tools or []):
+        if tool.type not in (None, "custom"):
+            continue  # a server tool (web_search_..., code_execution_...): nothing here can run it
+        if tool.input_schema is None:
+            raise _bad(f"tools.{i}.input_schema: Field required", f"tools.{i}.input_schema")
+        specs.append(ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema))
+    return tuple(specs)
+
+
+def _tool_choice(req: CountTokensRequest, tools: tuple[ToolSpec, ...]):
+    choice = req.tool_choice
+    if choice is None:
+        return "auto" if tools else "none"
+    if isinstance(choice, ToolChoiceNone):
+        return "none"
+    if isinstance(choice, (ToolChoiceAny, ToolChoiceTool)) and not tools:
+        raise _bad(f"tool_choice.type '{choice.type}' needs at least one tool in `tools`", "tool_choice")
+    if isinstance(choice, ToolChoiceTool):
+        if choice.name not in {t.name for t in tools}:
+            raise _bad(f"tool_choice names '{choice.name}', which is not in `tools`", "tool_choice")
+        return NamedToolChoice(name=choice.name)
+    return "required" if isinstance(choice, ToolChoiceAny) else "auto"
+
+
+def conversation(req: CountTokensRequest, signer: ThinkingSigner | None) -> Conversation:
+    """The conversation the prompt is rendered from (create and count_tokens share it)."""
+    builder = _TurnBuilder(signer)
+    builder.system(_system_texts(req.system))
+    for i, msg in enumerate(req.messages):
+        where = f"messages.{i}"
+        if msg.role == "user":
+            builder.user(msg, where)
+        elif msg.role == "assistant":
+            builder.assistant(msg, where)
+        else:
+            content = [msg.content] if isinstance(msg.content, str) else msg.content
+            texts = []
+            for j, block in enumerate(content):
+                if isinstance(block, str):
+                    texts.append(block)
+                elif isinstance(block, TextParam):
+                    texts.append(block.text)
+                else:
+                    at = f"{where}.content.{j}"
+                    raise _bad(f"{at}: a system message can only contain text blocks", at)
+            builder.system(texts)
+    if not builder.turns:
+        raise _bad("messages: at least one message with content is required", "messages")
+    tools = _tools(req)
+    return Conversation(turns=tuple(builder.turns), tools=tools, tool_choice=_tool_choice(req, tools))
+
+
+def thinking_switch(req: CountTokensRequest) -> bool | None:
+    """`thinking` -> the API-neutral switch (None: the client did not say; the preprocessor decides)."""
+    return None if req.thinking is None else req.thinking.type != "disabled"
+
+
+def parallel_tool_use(req: CountTokensRequest) -> bool:
+    return not getattr(req.tool_choice, "disable_parallel_tool_use", None)
+
+
+def _check_thinking_budget(req: MessagesRequest) -> None:
+    if isinstance(req.thinking, ThinkingEnabled):
+        if req.thinking.budget_tokens < 1024:
+            raise _bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+                       "thinking.budget_tokens")
+        if req.thinking.budget_tokens >= req.max_tokens:
+            raise _bad("`max_tokens` must be greater than `thinking.budget_tokens`", "max_tokens")
+
+
+def decode(
+    req: MessagesRequest,
+    *,
+    request_id: str,
+    model: str,
+    signer: ThinkingSigner | None,
+    session_id: str | None = None,
+) -> GenerationRequest:
+    _check_thinking_budget(req)
+    user_id = (req.metadata or {}).get("user_id")
+    sampling = SamplingParams(
+        max_tokens=req.max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=-1 if not req.top_k else req.top_k,
+        stop=tuple(s for s in req.stop_sequences or () if s),
+    )
+    return GenerationRequest(
+        request_id=request_id,
+        model=model,
+        conversation=conversation(req, signer),
+        sampling=sampling,
+        hints=AgentHints(session_id=session_id or (user_id if isinstance(user_id, str) else None)),
+        thinking=thinking_switch(req),
+    )

@@ -1,0 +1,145 @@
+"""Anthropic encoder and stream pump without Ray: block machine, usage, stop reasons, pings, error frames."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+from agentserve.apis import anthropic
+from agentserve.apis.anthropic.encode import MessageEncoder
+from agentserve.protocol.errors import RequestError
+from agentserve.protocol.events import (
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallError,
+    ToolCallStart,
+    Usage,
+)
+from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
+
+SIGNER = anthropic.ThinkingSigner("k" * 64)
+
+
+def encoder(**kw) -> MessageEncoder:
+    return MessageEncoder(message_id="msg_1", model="m", prompt_tokens=100, signer=SIGNER, **kw)
+
+
+CALL = [ToolCallStart(0, "toolu_a", "f"), ToolCallArgsDelta(0, '{"a"'), ToolCallArgsDelta(0, ": 1}"),
+        ToolCallEnd(0, '{"a": 1}')]
+
+
+def test_blocks_signature_usage_and_dispatch():
+    enc = encoder(tool_dispatch=True)
+    frames = enc.frames([ReasoningDelta("think"), TextDelta("hi"), *CALL, Usage(100, 7, 64), Finish("stop")])
+    names = [n for n, _ in frames]
+    assert names == ["content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+                     "content_block_start", "content_block_delta", "content_block_stop",
+                     "content_block_start", "content_block_delta", "content_block_stop", "tool_call_dispatch",
+                     "message_delta", "message_stop"]
+    assert frames[2][1]["delta"] == {"type": "signature_delta", "signature": SIGNER.sign("think")}
+    assert frames[8][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"a": 1}'}  # buffered, whole
+    assert frames[10][1] == {"type": "tool_call_dispatch", "index": 2,
+                             "tool_use": {"id": "toolu_a", "name": "f", "input": {"a": 1}}}
+    delta = frames[11][1]
+    assert delta["delta"]["stop_reason"] == "tool_use"
+    assert delta["usage"] == {"input_tokens": 36, "cache_creation_input_tokens": 0,
+                              "cache_read_input_tokens": 64, "output_tokens": 7}
+    msg = enc.message()
+    assert [b["type"] for b in msg["content"]] == ["thinking", "text", "tool_use"]
+    assert msg["usage"]["input_tokens"] + msg["usage"]["cache_read_input_tokens"] == 100
+    start = enc.start_frame()[1]["message"]
+    assert start["usage"]["input_tokens"] == 100 and start["usage"]["cache_read_input_tokens"] == 0
+
+
+def test_live_args_when_fine_grained_and_errored_calls():
+    enc = encoder(live_tool_args=True)
+    frames = enc.frames(CALL)
+    assert [d["delta"]["partial_json"] for n, d in frames if n == "content_block_delta"] == ['{"a"', ": 1}"]
+    buffered = encoder()
+    out = buffered.frames([ToolCallStart(0, "toolu_b", "f"), ToolCallArgsDelta(0, "{"),
+                           ToolCallError(0, "bad json", "{"), TextDelta("Sorry."), Usage(100, 3, 0),
+                           Finish("stop")])
+    assert [d["content_block"]["type"] for n, d in out if n == "content_block_start"] == ["text"]
+    assert buffered.stop_reason() == "end_turn"
+
+
+def test_parallel_off_keeps_the_first_call_and_stop_reasons():
+    enc = encoder(parallel_tool_use=False)
+    second = [ToolCallStart(1, "toolu_c", "g"), ToolCallEnd(1, "{}")]
+    enc.frames([*CALL, *second, Usage(100, 9, 0), Finish("stop")])
+    assert [b["id"] for b in enc.message()["content"]] == ["toolu_a"]
+    e2 = encoder()
+    e2.frames([TextDelta("a "), Usage(100, 3, 0), Finish("stop", None, "END")])
+    assert e2.message()["stop_reason"] == "stop_sequence" and e2.message()["stop_sequence"] == "END"
+    e3 = encoder()
+    e3.frames([TextDelta("a"), Usage(100, 3, 0), Finish("length")])
+    assert e3.stop_reason() == "max_tokens"
+    e4 = encoder()
+    frames = e4.frames([TextDelta("a"), Finish("error", "boom")])
+    assert frames[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": "boom"}})
+
+
+def _handler(interval: float) -> AnthropicMessagesHandler:
+    ctx = SimpleNamespace(args=SimpleNamespace(secret_key="k" * 64, keepalive_interval_s=interval))
+    return AnthropicMessagesHandler(ctx)  # type: ignore[arg-type]
+
+
+def _collect(handler, enc, gen) -> list[tuple[str, dict]]:
+    async def run():
+        return [chunk async for chunk in handler._stream(enc, gen)]
+
+    body = b"".join(asyncio.run(run())).decode()
+    frames = []
+    for block in body.strip().split("\n\n"):
+        name, data = block.split("\n", 1)
+        frames.append((name[len("event: "):], json.loads(data[len("data: "):])))
+    return frames
+
+
+def test_stream_pings_while_waiting_and_error_frame_mid_stream():
+    closed = []
+
+    async def slow_then_fail():
+        try:
+            await asyncio.sleep(0.35)
+            yield [TextDelta("hi")]
+            await asyncio.sleep(0.35)
+            raise RequestError("overloaded", "Overloaded")
+        finally:
+            closed.append(True)
+
+    frames = _collect(_handler(0.1), encoder(), slow_then_fail())
+    names = [n for n, _ in frames]
+    assert names[0] == "message_start" and names[1] == "ping"
+    assert names.index("content_block_start") < len(names) - 2 and "ping" in names[names.index("content_block_start"):]
+    assert frames[-1] == ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    assert closed == [True]
+
+
+def test_client_gone_closes_the_pipeline_between_items():
+    closed = []
+
+    async def endless():
+        try:
+            while True:
+                await asyncio.sleep(0.01)
+                yield [TextDelta("x")]
+        finally:
+            closed.append(True)
+
+    async def run():
+        handler = _handler(1.0)
+        stream = handler._stream(encoder(), endless())
+        got = [await stream.__anext__() for _ in range(3)]
+        await stream.aclose()  # what Starlette does when the client disconnects
+        for _ in range(50):
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+        return got
+
+    assert len(asyncio.run(run())) == 3 and closed == [True]
