@@ -48,3 +48,8 @@ REPLAY_REORDERED = Counter(
     "Assistant turns whose interleaved reasoning the chat template could not replay in order", ["model"],
     registry=REGISTRY,
 )
+PREAMBLE_STRIPPED = Counter(
+    "agentserve_anthropic_preamble_stripped_total",
+    "Anthropic requests whose x-anthropic-billing-header line was removed from the system prompt",
+    ["endpoint"], registry=REGISTRY,
+)

@@ -23,6 +23,7 @@ class StopStrings:
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._buf = ""
         self.hit = False
+        self.matched: str | None = None  # the stop string that ended the text (Anthropic reports it)
 
     def feed(self, text: str) -> str:
         if not self._stops:
@@ -30,8 +31,9 @@ class StopStrings:
         if self.hit:
             return ""
         self._buf += text
-        cut = min((i for i in (self._buf.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self._stops if (i := self._buf.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda f: f[0])
             out, self._buf, self.hit = self._buf[:cut], "", True
             return out
         keep = min(self._hold, len(self._buf))
@@ -111,5 +113,5 @@ class Postprocessor:
             events.extend(self._parser.feed(tail))
         events.extend(self._parser.finish())
         events.append(Usage(self.prompt_tokens, self.completion_tokens, self.cached_tokens))
-        events.append(Finish(reason, error))  # type: ignore[arg-type]
+        events.append(Finish(reason, error, self._stop.matched))  # type: ignore[arg-type]
         return events

@@ -44,3 +44,4 @@ class Finish:
 
     reason: FinishReason
     error: str | None = None
+    stop_sequence: str | None = None  # the client's stop string that ended the turn, if one did

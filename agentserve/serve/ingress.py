@@ -22,14 +22,17 @@ from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import error_response
+from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
 from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
 from agentserve.serve.handlers.responses import ResponsesHandler
 from agentserve.serve.http import describe_validation, parse_body
 from agentserve.serve.pipeline import Pipeline
+from agentserve.serve.request_id import RequestIdMiddleware
 
 logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="agentserve", docs_url=None, redoc_url=None)
+app.add_middleware(RequestIdMiddleware)  # `request-id` on every response
 
 
 @app.exception_handler(RequestError)
@@ -86,6 +89,7 @@ class Ingress:
         )
         self._chat = ChatCompletionsHandler(self._ctx)
         self._responses = ResponsesHandler(self._ctx, response_store)
+        self._anthropic = AnthropicMessagesHandler(self._ctx)
 
     # -- wire APIs ------------------------------------------------------------
     @app.post("/v1/chat/completions")
@@ -104,16 +108,29 @@ class Ingress:
     async def delete_response(self, request: Request, response_id: str) -> Response:
         return await self._responses.delete(request, response_id)
 
+    # Matched on the path, so Claude Code's `?beta=true` works.
+    @app.post("/v1/messages")
+    async def anthropic_messages(self, request: Request) -> Response:
+        return await self._anthropic.create(request)
+
+    @app.post("/v1/messages/count_tokens")
+    async def anthropic_count_tokens(self, request: Request) -> Response:
+        return await self._anthropic.count_tokens(request)
+
     # -- catalog ------------------------------------------------------------
     @app.get("/v1/models")
-    async def list_models(self, client_version: str | None = None) -> JSONResponse:
+    async def list_models(self, request: Request, client_version: str | None = None) -> JSONResponse:
+        if self._anthropic.wants_models(request):  # Anthropic's shape when `anthropic-version` is sent
+            return self._anthropic.list_models(request)
         if client_version is not None:  # Codex: {"models": [ModelInfo…]} with an ETag
             body = codex_models.models_body(self._ctx.catalog.models)
             return JSONResponse(body, headers={"ETag": codex_models.etag(body)})
         return JSONResponse(self._ctx.catalog.list_body())
 
     @app.get("/v1/models/{model_id:path}")
-    async def get_model(self, model_id: str) -> JSONResponse:
+    async def get_model(self, request: Request, model_id: str) -> JSONResponse:
+        if self._anthropic.wants_models(request):
+            return self._anthropic.get_model(model_id)
         return JSONResponse(self._ctx.catalog.model_body(model_id))
 
     # -- tokenize / detokenize (vLLM's shapes, with and without /v1) -------

@@ -21,10 +21,14 @@ class PreprocessorReplica:
         return self._pre.preprocess(request)
 
     def render_tokens(
-        self, conversation: Conversation, template_kwargs: dict[str, Any], add_generation_prompt: bool
+        self,
+        conversation: Conversation,
+        template_kwargs: dict[str, Any],
+        add_generation_prompt: bool,
+        thinking: bool | None = None,  # the request's thinking switch, so counts match generation
     ) -> list[int]:
         return self._pre.render(
-            conversation, template_kwargs, add_generation_prompt=add_generation_prompt
+            conversation, template_kwargs, add_generation_prompt=add_generation_prompt, thinking=thinking
         ).token_ids
 
     def tokenize_text(self, text: str, add_special_tokens: bool) -> list[int]:
