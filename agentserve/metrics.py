@@ -1,8 +1,13 @@
-"""Prometheus metrics of the ingress (served on GET /metrics)."""
+"""agentserve's Prometheus metrics, recorded in whichever replica process observes them.
+
+GET /metrics on the ingress shows one ingress replica's registry. In a cluster, every replica process mirrors
+this registry into Ray's metrics agent (serve/ray_metrics.py), which Prometheus scrapes on each node's
+metrics port as `ray_<name>` with Serve's `deployment` and `replica` tags.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
 
@@ -52,4 +57,52 @@ PREAMBLE_STRIPPED = Counter(
     "agentserve_anthropic_preamble_stripped_total",
     "Anthropic requests whose x-anthropic-billing-header line was removed from the system prompt",
     ["endpoint"], registry=REGISTRY,
+)
+
+# -- request path stages, routing, parsing (ingress process) ------------------------------------------
+QUEUE_TIME = Histogram(
+    "agentserve_queue_time_seconds",
+    "Time a request spends before reaching its engine, by stage (preprocess, route; each includes Serve queueing)",
+    ["model", "stage"], buckets=_LATENCY_BUCKETS, registry=REGISTRY,
+)
+ROUTE_DECISIONS = Counter(
+    "agentserve_route_decisions_total", "Engine replica choices by the router's reason", ["reason"],
+    registry=REGISTRY,
+)
+ROUTE_OVERLAP = Histogram(
+    "agentserve_route_overlap_blocks", "Prefix blocks the router expected the chosen replica to have cached", [],
+    buckets=(0, 1, 4, 16, 64, 256, 1024, 4096, 16384), registry=REGISTRY,
+)
+PARSER_ERRORS = Counter(
+    "agentserve_parser_errors_total", "Tool-call regions the parser could not complete, by kind (error, truncated)",
+    ["model", "kind"], registry=REGISTRY,
+)
+TOOL_DISPATCH_LEAD = Histogram(
+    "agentserve_tool_dispatch_lead_seconds",
+    "Per tool call: how long before the end of the turn its complete call was sent to the client",
+    ["model"], buckets=(0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=REGISTRY,
+)
+
+# -- engine replica processes (one series per replica once exported through Ray) ------------------------
+ENGINE_TTFT = Histogram(
+    "agentserve_engine_time_to_first_token_seconds",
+    "Engine replica: request received to first token (engine scheduler queue + prefill)",
+    ["model"], buckets=_LATENCY_BUCKETS, registry=REGISTRY,
+)
+ENGINE_PROMPT_TOKENS = Counter(
+    "agentserve_engine_prompt_tokens_total", "Prompt tokens admitted by this engine replica", ["model"],
+    registry=REGISTRY,
+)
+ENGINE_CACHED_TOKENS = Counter(
+    "agentserve_engine_cached_prompt_tokens_total", "Prompt tokens this engine replica served from its prefix cache",
+    ["model"], registry=REGISTRY,
+)
+ENGINE_PENDING_PREFILL = Gauge(
+    "agentserve_engine_pending_prefill_tokens",
+    "Uncached prompt tokens admitted but not yet prefilled (the engine autoscaling signal)", ["model"],
+    registry=REGISTRY,
+)
+ENGINE_RUNNING = Gauge(
+    "agentserve_engine_running_requests", "Requests streaming from this engine replica", ["model"],
+    registry=REGISTRY,
 )

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, AsyncIterator
 
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
 
+from agentserve import metrics
 from agentserve.config import ServeArgs
 from agentserve.engines import make_engine
 from agentserve.protocol import EngineDelta, PreprocessedRequest, RouteDecision
+from agentserve.serve.autoscaling import PrefillTracker
+from agentserve.serve.ray_metrics import start_export
 
 logger = logging.getLogger("ray.serve")
 
@@ -45,19 +49,34 @@ def merge(deltas: list[EngineDelta]) -> EngineDelta:
 class EngineReplica:
     async def __init__(self, args: dict[str, Any], router: DeploymentHandle) -> None:
         self._args = ServeArgs.from_any(args)
+        self._prefill = PrefillTracker()  # autoscaling signal (record_autoscaling_stats) and metrics
+        start_export()
         self._engine = make_engine(self._args, self._args.model.resolve_path())
         await self._engine.start()
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._router = router
-        await self._router.heartbeat.remote(self._replica_id)
+        self._registration = self._kv_registration()
+        await self._router.register.remote(self._replica_id, self._registration)
         self._heartbeat = asyncio.create_task(self._report_forever())
         logger.info("engine replica %s ready (%s)", self._replica_id, self._args.engine.kind)
+
+    def _kv_registration(self) -> dict[str, Any]:
+        """Where the router subscribes to this replica's KV events (None: it learns approximately)."""
+        ports = getattr(self._engine, "kv_event_ports", lambda: None)()
+        if ports is None:
+            return {"kv_endpoint": None, "replay_endpoint": None}
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        return {"kv_endpoint": f"tcp://{host}:{ports[0]}", "replay_endpoint": f"tcp://{host}:{ports[1]}"}
 
     async def _report_forever(self) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             try:
-                await self._router.heartbeat.remote(self._replica_id)
+                known = await self._router.heartbeat.remote(self._replica_id)
+                if known is False:  # the router restarted: join its index again
+                    await self._router.register.remote(self._replica_id, self._registration)
             except Exception:  # the router restarting must not kill the engine
                 logger.warning("router heartbeat failed", exc_info=True)
 
@@ -77,6 +96,8 @@ class EngineReplica:
                 queue.put_nowait(None)
 
         task = asyncio.create_task(pump())
+        received = time.perf_counter()
+        self._admitted(request, route)
         try:
             ended = False
             while not ended:
@@ -90,10 +111,39 @@ class EngineReplica:
                         ended = True
                         break
                     batch.append(nxt)
-                yield merge(batch)
+                out = merge(batch)
+                if out.prompt_tokens is not None or out.num_cached_tokens is not None:
+                    self._first_token(request, out, time.perf_counter() - received)
+                yield out
                 ended = ended or batch[-1].finish_reason is not None
         finally:
             task.cancel()  # the consumer went away: cancelling the engine stream aborts it
+            self._finished(request)
+
+    # -- load signals: Prometheus (through Ray) and Serve's autoscaler ---------------------------------------
+    def _admitted(self, request: PreprocessedRequest, route: RouteDecision | None) -> None:
+        expected_cached = route.overlap_blocks * self._args.engine.block_size if route else 0
+        self._prefill.admitted(request.request_id, len(request.token_ids) - expected_cached)
+        self._set_load_gauges(request.model)
+
+    def _first_token(self, request: PreprocessedRequest, delta: EngineDelta, ttft_s: float) -> None:
+        self._prefill.first_token(request.request_id, ttft_s)
+        metrics.ENGINE_TTFT.labels(request.model).observe(ttft_s)
+        metrics.ENGINE_PROMPT_TOKENS.labels(request.model).inc(delta.prompt_tokens or len(request.token_ids))
+        metrics.ENGINE_CACHED_TOKENS.labels(request.model).inc(delta.num_cached_tokens or 0)
+        self._set_load_gauges(request.model)
+
+    def _finished(self, request: PreprocessedRequest) -> None:
+        self._prefill.finished(request.request_id)
+        self._set_load_gauges(request.model)
+
+    def _set_load_gauges(self, model: str) -> None:
+        metrics.ENGINE_PENDING_PREFILL.labels(model).set(self._prefill.pending_tokens)
+        metrics.ENGINE_RUNNING.labels(model).set(self._prefill.running)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom autoscaling metrics hook, read by agentserve.serve.autoscaling:PrefillPressurePolicy."""
+        return self._prefill.stats()
 
     def replica_id(self) -> str:
         return self._replica_id
@@ -110,4 +160,8 @@ class EngineReplica:
 
     async def __del__(self) -> None:
         self._heartbeat.cancel()
+        try:  # leave the router's index now rather than after the heartbeat timeout
+            await asyncio.wait_for(self._router.deregister.remote(self._replica_id), timeout=2)
+        except Exception:
+            pass
         await self._engine.shutdown()

@@ -27,6 +27,7 @@ from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
 from agentserve.serve.handlers.responses import ResponsesHandler
 from agentserve.serve.http import describe_validation, parse_body
 from agentserve.serve.pipeline import Pipeline
+from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.request_id import RequestIdMiddleware
 
 logger = logging.getLogger("ray.serve")
@@ -73,6 +74,7 @@ class Ingress:
         response_store: DeploymentHandle | None = None,
     ) -> None:
         config = ServeArgs.from_any(args)
+        start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
         tokenizer = load_tokenizer(str(config.model.resolve_path()))
         self._ctx = IngressContext(
             args=config,

@@ -21,6 +21,7 @@ from agentserve.doctor import PrefixReport, SessionTracker
 from agentserve.doctor.trace import TraceTurn, TraceWriter
 from agentserve.postprocess import Postprocessor
 from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest
+from agentserve.serve.observe import StreamObserver, bind_request_id, observe_route
 
 logger = logging.getLogger("ray.serve")
 
@@ -54,7 +55,10 @@ class Pipeline:
         self._trace = TraceWriter(trace_path) if trace_path else None
 
     async def prepare(self, request: GenerationRequest) -> PreprocessedRequest:
+        bind_request_id(request.request_id)
+        started = time.perf_counter()
         pre = await self._pre.preprocess.remote(request)
+        metrics.QUEUE_TIME.labels(pre.model, "preprocess").observe(time.perf_counter() - started)
         report = self._doctor.check(pre.session_key, pre.token_ids)
         if report is not None:
             self._reports[pre.request_id] = report
@@ -93,8 +97,11 @@ class Pipeline:
             skip_special_tokens=model.skip_special_tokens,
             id_factory=options.id_factory,
         )
+        routing = time.perf_counter()
         route = await self._router.route.remote(pre)
+        observe_route(route, time.perf_counter() - routing, model.id)
         stream = self._engine.generate.remote(pre, route)
+        observer = StreamObserver(model.id)
         last = None
         try:
             try:
@@ -107,6 +114,7 @@ class Pipeline:
                     last = now
                     events = post.feed(delta)
                     if events:
+                        observer.events(events)
                         yield events
                     if post.finish_reason is not None:
                         break
@@ -118,6 +126,7 @@ class Pipeline:
                 yield post.feed(
                     EngineDelta(token_ids=[], finish_reason="error", error="engine stream ended early")
                 )
+            observer.finished()
             if post.finish_reason in ("stop", "length"):
                 self._doctor.record(pre.session_key, pre.token_ids, post.output_ids)
                 if self._trace is not None:

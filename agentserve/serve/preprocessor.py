@@ -9,12 +9,14 @@ from ray import serve
 from agentserve.config import ServeArgs
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest
+from agentserve.serve.ray_metrics import start_export
 
 
 @serve.deployment(name="Preprocessor", max_ongoing_requests=256)
 class PreprocessorReplica:
     def __init__(self, args: dict[str, Any]) -> None:
         a = ServeArgs.from_any(args)
+        start_export()  # this process's agentserve metrics -> Ray's metrics agent
         self._pre = Preprocessor(a.model, str(a.model.resolve_path()), a.engine.block_size)
 
     def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:

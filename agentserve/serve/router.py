@@ -1,30 +1,143 @@
-"""Router deployment: picks the engine replica for each preprocessed request."""
+"""Router deployment: picks the engine replica for each preprocessed request (agentserve.routing.KvRouter).
+
+One replica holds the index in memory; it subscribes to each engine replica's KV event publisher as
+the replica registers, and relearns everything from registrations and events after a restart.
+Engine replicas that Serve adds or removes (autoscaling, the dashboard) register and deregister
+themselves; ones that die stop heartbeating, are reported by the ingress, and leave the index.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from ray import serve
 
+from agentserve.config import ServeArgs
 from agentserve.protocol import PreprocessedRequest, RouteDecision
-from agentserve.routing import LeastLoadedPolicy
+from agentserve.routing.cost import CostConfig
+from agentserve.routing.kv_router import KvRouter, RouterConfig
+from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset
+
+logger = logging.getLogger("ray.serve")
+
+DRAIN_S = 0.02
+
+
+def router_config(args: ServeArgs) -> RouterConfig:
+    r = args.router
+    return RouterConfig(
+        cost=CostConfig(
+            block_size=args.engine.block_size,
+            overlap_weight=r.overlap_weight,
+            temperature=r.temperature,
+            default_osl=r.default_osl,
+            affinity_slack_blocks=r.affinity_slack_blocks,
+            max_in_flight=r.max_in_flight_per_replica,
+            max_active_tokens=r.max_active_tokens_per_replica,
+        ),
+        mode=r.policy,
+        expire_after_s=r.replica_timeout_s,
+        approx_ttl_s=r.approx_ttl_s,
+        max_waiting=r.max_waiting,
+        max_wait_s=r.max_wait_s,
+        retry_after_s=r.retry_after_s,
+    )
 
 
 @serve.deployment(name="Router", num_replicas=1, max_ongoing_requests=4096)
 class RouterReplica:
-    """One replica: the routing state is in memory (a restart relearns it from heartbeats)."""
-
     def __init__(self, args: dict[str, Any]) -> None:
-        self._policy = LeastLoadedPolicy()
+        self._args = ServeArgs.from_any(args)
+        self._router = KvRouter(router_config(self._args))
+        self._subscriber = KvEventSubscriber() if self._args.router.policy == "kv" else None
+        self._endpoints: dict[str, str] = {}
+        self._pump: asyncio.Task | None = None
 
-    def heartbeat(self, replica_id: str) -> None:
-        self._policy.heartbeat(replica_id)
+    def _ensure_pump(self) -> None:
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._drain_forever())
 
-    def route(self, request: PreprocessedRequest) -> RouteDecision:
-        return self._policy.route(request)
+    async def _drain_forever(self) -> None:
+        while True:
+            await asyncio.sleep(DRAIN_S)
+            try:
+                self._drain()
+                for replica in self._router.expire():
+                    self._forget(replica, "stopped heartbeating")
+            except Exception:
+                logger.exception("router drain failed")
 
-    def release(self, request_id: str) -> None:
-        self._policy.release(request_id)
+    def _drain(self) -> None:
+        if self._subscriber is None:
+            return
+        for update in self._subscriber.drain():
+            if isinstance(update, Events):
+                self._router.apply_events(update.replica, update.events)
+            elif isinstance(update, Reset):
+                self._router.forget_cache(update.replica)
 
-    def replicas(self) -> dict[str, int]:
-        return self._policy.replicas()
+    def _forget(self, replica: str, why: str) -> None:
+        if self._subscriber is not None and self._endpoints.pop(replica, None):
+            self._subscriber.remove(replica)
+        logger.info("engine replica %s left the router index (%s)", replica, why)
+
+    # -- engine replicas -------------------------------------------------------
+    async def register(self, replica_id: str, info: dict[str, Any] | None = None) -> None:
+        self._ensure_pump()
+        info = info or {}
+        endpoint = info.get("kv_endpoint")
+        events = self._subscriber is not None and endpoint is not None
+        self._router.register(replica_id, events=events)
+        if events:
+            self._endpoints[replica_id] = endpoint
+            self._subscriber.add(replica_id, endpoint, info.get("replay_endpoint"))
+        logger.info("engine replica %s joined the router (%s)", replica_id, endpoint or "approximate index")
+
+    async def heartbeat(self, replica_id: str) -> bool:
+        self._ensure_pump()
+        return self._router.heartbeat(replica_id)
+
+    async def deregister(self, replica_id: str) -> None:
+        self._router.remove(replica_id)
+        self._forget(replica_id, "deregistered")
+
+    async def replica_failed(self, replica_id: str) -> None:
+        """The ingress saw this replica's stream die: stop routing to it now."""
+        if replica_id in self._router.replicas():
+            self._router.remove(replica_id)
+            self._forget(replica_id, "stream failed")
+
+    # -- requests ----------------------------------------------------------------
+    async def route(self, request: PreprocessedRequest) -> RouteDecision:
+        self._drain()
+        return await self._router.route(request)
+
+    async def route_to(self, request: PreprocessedRequest, replica_id: str) -> RouteDecision | None:
+        self._drain()
+        return self._router.route_to(request, replica_id)
+
+    async def first_token(self, request_id: str) -> None:
+        self._router.first_token(request_id)
+
+    async def release(self, request_id: str) -> None:
+        self._router.release(request_id)
+
+    # -- introspection -------------------------------------------------------------
+    async def replicas(self) -> dict[str, int]:
+        return {r: v["in_flight"] for r, v in self._router.snapshot().items()}
+
+    async def stats(self) -> dict[str, Any]:
+        self._drain()
+        return {
+            "replicas": self._router.snapshot(),
+            "waiting": self._router.waiting,
+            "rejected": self._router.rejected,
+            "counters": dict(self._router.counters),
+            "events": dict(self._subscriber.stats) if self._subscriber else {},
+        }
+
+    async def overlaps(self, block_hashes: list[int]) -> dict[str, int]:
+        self._drain()
+        return self._router.overlaps(block_hashes)

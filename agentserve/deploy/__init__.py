@@ -1,0 +1,1 @@
+"""Deployment artefacts generated from code: KubeRay manifests and the Grafana dashboard."""
