@@ -78,6 +78,22 @@ def _doctor_trace(trace: str, model_path: str | None) -> int:
     return 0 if worst >= 0.98 else 2
 
 
+def _codex_config(ns: argparse.Namespace) -> int:
+    """Print (or write into a CODEX_HOME) a Codex config.toml and model catalog for the served models."""
+    from agentserve import codex_config
+
+    models = codex_config.models_from_serve_config(Path(ns.serve_config) if ns.serve_config else None)
+    if ns.catalog_only:
+        print(json.dumps(codex_config.catalog_json(models), indent=2))
+    elif ns.codex_home:
+        for path in codex_config.write(Path(ns.codex_home), models, base_url=ns.base_url, model=ns.model):
+            print(path)
+    else:
+        catalog = str(Path("~/.codex").expanduser() / codex_config.CATALOG_FILE)
+        print(codex_config.config_toml(models, base_url=ns.base_url, catalog_path=catalog, model=ns.model))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="agentserve")
@@ -98,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("trace", nargs="?", help="JSONL trace written with serve config `trace_path`")
     d.add_argument("--model-path", default=None, help="tokenizer to decode with (default: the embedded model)")
     d.set_defaults(func=_doctor)
+
+    c = sub.add_parser("codex-config", help="Codex CLI config.toml and model catalog for this deployment")
+    c.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    c.add_argument("--serve-config", default="serve_config.yaml", help="where the served models are declared")
+    c.add_argument("--model", default=None, help="the id Codex should request (default: the first model's id)")
+    c.add_argument("--codex-home", default=None, help="write config.toml and the catalog into this directory")
+    c.add_argument("--catalog-only", action="store_true", help="print the model_catalog_json content")
+    c.set_defaults(func=_codex_config)
 
     ns = parser.parse_args(argv)
     return ns.func(ns)
