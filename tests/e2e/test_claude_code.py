@@ -1,0 +1,115 @@
+"""The real Claude Code CLI, headless, against the graph (scripted engine): a tool round trip end to end.
+
+The scripted model's first reply calls Claude Code's own `Read` tool on a file in a temp directory; Claude Code
+must run it and send the tool_result back, which the second rule answers with the final text. Claude Code's
+billing header (sent by default) must be stripped: the graph's /metrics counter says so.
+The CLI comes from scripts/install_harnesses.sh (pinned, in .harness/); the test is skipped only when it could
+not be installed (npm missing or the registry unreachable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import running_graph
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAUDE = ROOT / ".harness" / "node_modules" / ".bin" / "claude"
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+MARKER = "agentserve-marker-7431"
+FINAL = "The note says the marker is in place."
+
+
+def _claude_binary() -> Path:
+    if not CLAUDE.exists() and shutil.which("npm"):
+        subprocess.run(["bash", str(ROOT / "scripts" / "install_harnesses.sh")], cwd=ROOT, timeout=300, check=False)
+    if not CLAUDE.exists():
+        pytest.skip("Claude Code CLI not installed: npm is missing or the npm registry is unreachable")
+    return CLAUDE
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cc-work")
+    (d / "note.txt").write_text(f"{MARKER}\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def cc_graph(model_path, workdir):
+    read_call = json.dumps({"name": "Read", "arguments": {"file_path": str(workdir / "note.txt")}})
+    rules = [
+        {"match": MARKER, "reply": FINAL, "itl_ms": 0},  # the tool_result came back
+        {"match": "AS_E2E_START", "reply": f"<tool_call>\n{read_call}\n</tool_call>", "itl_ms": 0},
+        {"match": "", "reply": "OK.", "itl_ms": 0},  # titles, topic checks and other side requests
+    ]
+    args = {
+        "engine": {"kind": "scripted", "block_size": 16, "rules": rules},
+        "model": {"context_window": 200_000, "aliases": ["claude-smollm2"]},
+    }
+    with running_graph(args) as url:
+        yield url
+
+
+def _preamble_stripped(url: str) -> float:
+    total = 0.0
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith("agentserve_anthropic_preamble_stripped_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_claude_code_runs_a_tool_and_finishes(cc_graph, workdir, tmp_path):
+    claude = _claude_binary()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE"))}
+    env.update({
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "ANTHROPIC_BASE_URL": cc_graph,
+        "ANTHROPIC_AUTH_TOKEN": "agentserve-test",
+        "ANTHROPIC_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL,
+        # offline: no telemetry, update checks, error reports or other non-essential calls
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
+        "API_TIMEOUT_MS": "120000",
+    })
+    before = _preamble_stripped(cc_graph)
+    proc = subprocess.run(
+        [str(claude), "-p", "AS_E2E_START: read note.txt with the Read tool and tell me what it says.",
+         "--output-format", "stream-json", "--verbose", "--model", MODEL,
+         "--allowedTools", "Read", "--max-turns", "4"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=150,
+    )
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    detail = f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, detail
+
+    tool_uses = [c for m in lines if m.get("type") == "assistant"
+                 for c in m["message"]["content"] if c.get("type") == "tool_use"]
+    assert [t["name"] for t in tool_uses] == ["Read"], detail
+    assert tool_uses[0]["id"].startswith("toolu_")
+    results = [c for m in lines if m.get("type") == "user" and isinstance(m["message"]["content"], list)
+               for c in m["message"]["content"] if c.get("type") == "tool_result"]
+    assert results and results[0]["tool_use_id"] == tool_uses[0]["id"], detail
+    assert MARKER in json.dumps(results[0]["content"]) and not results[0].get("is_error"), detail
+    final = [m for m in lines if m.get("type") == "result"][-1]
+    assert final["subtype"] == "success" and final["result"] == FINAL, detail
+    # Claude Code sent its x-anthropic-billing-header; the server removed it before tokenizing.
+    assert _preamble_stripped(cc_graph) >= before + 2, detail
