@@ -103,6 +103,9 @@ class EngineSpec(_Strict):
     kv_cache_gib: float | None = 1.0  # CPU KV cache size; None leaves vLLM's own sizing
     max_num_seqs: int = 64
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)  # any other AsyncEngineArgs field
+    # Publish KV cache events (vLLM's ZMQ format) for the router's prefix index; False: it learns approximately.
+    kv_events: bool = True
+    num_replicas: int | None = None  # None: the serve config's `deployments` (or 1) decides
     # scripted
     script: str | None = None  # path to the JSON rule list
     rules: tuple[ScriptRule, ...] = ()  # inline alternative to `script`
@@ -113,6 +116,26 @@ class EngineSpec(_Strict):
         if self.kind == "scripted" and self.script is None and not self.rules:
             raise ValueError("engine.kind=scripted needs `script` (a JSON rule file) or inline `rules`")
         return self
+
+
+class RouterSpec(_Strict):
+    """The KV-aware router (agentserve/routing): cost weights, index mode, admission limits."""
+
+    policy: Literal["kv", "approx", "least_loaded"] = "kv"  # kv falls back to approx per replica without events
+    # Weight of prefill work (uncached + pending prompt tokens) against active KV blocks. Dynamo's default is 1;
+    # with long agent prompts that lets decode blocks swamp the cache term (see docs/BENCHMARKS.md, router).
+    overlap_weight: float = Field(default=8.0, ge=0)
+    temperature: float = Field(default=0.0, ge=0)  # > 0: softmax sampling over normalised costs
+    default_osl: int = Field(default=256, ge=0)  # expected output tokens when the `osl` hint is absent
+    affinity_slack_blocks: float = Field(default=1.0, ge=0)  # cost near-ties go to the session's last replica
+    max_in_flight_per_replica: int | None = Field(default=256, ge=1)
+    max_active_tokens_per_replica: int | None = Field(default=None, ge=1)
+    max_waiting: int = Field(default=1024, ge=0)  # admission queue when every replica is saturated
+    max_wait_s: float = Field(default=30.0, gt=0)
+    retry_after_s: float = Field(default=2.0, gt=0)
+    replica_timeout_s: float = Field(default=10.0, gt=0)  # a replica silent this long leaves the index
+    approx_ttl_s: float = Field(default=120.0, gt=0)
+    speculative_prefill: bool = True  # honour the `speculative_prefill` agent hint
 
 
 class ResponseStoreSpec(_Strict):
@@ -135,6 +158,7 @@ class ServeArgs(_Strict):
     # Append every finished turn's prompt and output token ids here (for `agentserve doctor TRACE`).
     trace_path: str | None = None
     response_store: ResponseStoreSpec = ResponseStoreSpec()
+    router: RouterSpec = RouterSpec()
     # Remove Claude Code's per-session `x-anthropic-billing-header: ...` text from system prompts before
     # tokenizing (it would otherwise defeat the prefix cache on every new session).
     strip_anthropic_preamble: bool = True

@@ -16,6 +16,8 @@ from typing import AsyncIterator
 from agentserve.config import EngineSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats
 from agentserve.protocol import EngineDelta, PreprocessedRequest
+from agentserve.routing.kv_events import BlockRemoved, BlockStored
+from agentserve.routing.kv_publisher import KvEventPublisher
 
 
 def load_rules(spec: EngineSpec) -> tuple[ScriptRule, ...]:
@@ -45,12 +47,23 @@ class BlockCache:
             hits += 1
         return hits
 
-    def store(self, block_hashes: list[int]) -> None:
-        for h in block_hashes:
+    def store(self, block_hashes: list[int]) -> tuple[list[int], list[int]]:
+        """Store a prompt's blocks; returns (positions newly stored, hashes evicted).
+
+        Blocks are touched tail-first so the head of a prefix stays most recent: like vLLM, which
+        frees a finished request's blocks in reverse, eviction takes a prompt's tail before its head.
+        """
+        new: list[int] = []
+        for i in range(len(block_hashes) - 1, -1, -1):
+            h = block_hashes[i]
+            if h not in self._blocks:
+                new.append(i)
             self._blocks[h] = None
             self._blocks.move_to_end(h)
+        evicted = []
         while len(self._blocks) > self._capacity:
-            self._blocks.popitem(last=False)
+            evicted.append(self._blocks.popitem(last=False)[0])
+        return sorted(new), evicted
 
 
 class ScriptedEngine:
@@ -61,6 +74,7 @@ class ScriptedEngine:
         eos_token_id: int | None,
         block_size: int,
         cache: ScriptedCache,
+        publisher: "KvEventPublisher | None" = None,
     ) -> None:
         self._rules = rules
         self._encode = encode
@@ -72,6 +86,7 @@ class ScriptedEngine:
         self._started = 0
         self._aborted = 0
         self._replies: dict[str, list[int]] = {}
+        self._publisher = publisher  # KV events in vLLM's wire format, for the router's prefix index
 
     @classmethod
     def from_spec(cls, spec: EngineSpec, model_path: Path) -> "ScriptedEngine":
@@ -84,13 +99,49 @@ class ScriptedEngine:
             tok.eos_token_id,
             spec.block_size,
             spec.cache,
+            KvEventPublisher() if spec.kv_events else None,
         )
 
     async def start(self) -> None:
         return None
 
     async def shutdown(self) -> None:
-        return None
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
+
+    def kv_event_ports(self) -> tuple[int, int] | None:
+        """(publish port, replay port) bound on all interfaces, or None without KV events."""
+        p = self._publisher
+        return (p.port, p.replay_port) if p is not None else None
+
+    def _publish_store(self, request: PreprocessedRequest) -> None:
+        new, evicted = self._cache.store(request.block_hashes)
+        if self._publisher is None:
+            return
+        events: list = []
+        if evicted:
+            events.append(BlockRemoved(block_hashes=evicted, medium="GPU"))
+        hashes, bs = request.block_hashes, self._block_size
+        run: list[int] = []
+        for i in new + [-1]:  # contiguous runs of new blocks, each chained to its parent
+            if run and (i != run[-1] + 1):
+                a, b = run[0], run[-1] + 1
+                events.append(
+                    BlockStored(
+                        block_hashes=hashes[a:b],
+                        parent_block_hash=hashes[a - 1] if a > 0 else None,
+                        token_ids=request.token_ids[a * bs : b * bs],
+                        block_size=bs,
+                        lora_id=None,
+                        medium="GPU",
+                        lora_name=None,
+                    )
+                )
+                run = []
+            if i >= 0:
+                run.append(i)
+        self._publisher.publish(events)
 
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted, len(self._cache))
@@ -117,7 +168,7 @@ class ScriptedEngine:
             prefill_ms = (request.prompt_tokens - cached) * self._cache_spec.prefill_ms_per_token
             if prefill_ms > 0:
                 await asyncio.sleep(prefill_ms / 1000)
-            self._cache.store(request.block_hashes)
+            self._publish_store(request)
 
             reply, itl_ms = self._reply_tokens(request.match_text)
             ids = list(reply)

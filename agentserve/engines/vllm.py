@@ -19,7 +19,24 @@ logger = logging.getLogger(__name__)
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def engine_args(spec: EngineSpec, model_path: Path, context_window: int) -> dict[str, Any]:
+def kv_events_config(pub_port: int, replay_port: int, topic: str = "") -> dict[str, Any]:
+    """vLLM publishes KV cache events on these ports (bound on all interfaces) for the router's index.
+
+    The router re-keys blocks by the tokens each event carries, so vLLM's hash algorithm and seed
+    need not match the preprocessor's.
+    """
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{pub_port}",
+        "replay_endpoint": f"tcp://*:{replay_port}",
+        "topic": topic,
+    }
+
+
+def engine_args(
+    spec: EngineSpec, model_path: Path, context_window: int, kv_ports: tuple[int, int] | None = None
+) -> dict[str, Any]:
     """AsyncEngineArgs fields for a spec; kept separate so configuration tests need no engine."""
     kwargs: dict[str, Any] = {
         "model": str(model_path),
@@ -37,13 +54,25 @@ def engine_args(spec: EngineSpec, model_path: Path, context_window: int) -> dict
     if spec.tensor_parallel_size > 1:
         # Workers must live in the replica's own placement group (set by the Serve deployment).
         kwargs["distributed_executor_backend"] = "ray"
+    if kv_ports is not None:
+        kwargs["kv_events_config"] = kv_events_config(*kv_ports)
     kwargs.update(spec.engine_kwargs)
     return kwargs
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 class VllmEngine:
     def __init__(self, spec: EngineSpec, model_path: Path, *, context_window: int) -> None:
-        self._kwargs = engine_args(spec, model_path, context_window)
+        self._kv_ports = (_free_port(), _free_port()) if spec.kv_events else None
+        self._kwargs = engine_args(spec, model_path, context_window, self._kv_ports)
+        self._priority = self._kwargs.get("scheduling_policy") == "priority"
         self._llm = None
         self._active = 0
         self._started = 0
@@ -54,7 +83,16 @@ class VllmEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         logger.info("starting vLLM AsyncLLM with %s", self._kwargs)
-        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**self._kwargs))
+        kwargs = dict(self._kwargs)
+        if isinstance(kwargs.get("kv_events_config"), dict):
+            from vllm.config.kv_events import KVEventsConfig
+
+            kwargs["kv_events_config"] = KVEventsConfig(**kwargs["kv_events_config"])
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+    def kv_event_ports(self) -> tuple[int, int] | None:
+        """(publish port, replay port) of vLLM's KV event publisher, or None without KV events."""
+        return self._kv_ports
 
     async def shutdown(self) -> None:
         if self._llm is not None:
@@ -98,6 +136,8 @@ class VllmEngine:
                 TokensPrompt(prompt_token_ids=request.token_ids),
                 self._sampling(request),
                 request.request_id,
+                # vLLM runs lower values first; the `priority` hint says higher is more important.
+                **({"priority": -request.hints.priority} if self._priority else {}),
             )
             async for out in stream:
                 completion = out.outputs[0]

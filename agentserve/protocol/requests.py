@@ -34,6 +34,8 @@ class AgentHints(BaseModel):
     latency_sensitivity: float | None = None
     osl: int | None = None  # expected output length
     session_id: str | None = None
+    # After the turn, prefill the next turn's predicted prefix (this turn as it will be replayed) on its replica.
+    speculative_prefill: bool = False
 
 
 class GenerationRequest(BaseModel):

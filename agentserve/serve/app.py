@@ -22,7 +22,10 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
         parsed = parsed.model_copy(update={"secret_key": secrets.token_hex(32)})
     config = parsed.model_dump(mode="json")
     router = RouterReplica.bind(config)
-    engine = EngineReplica.bind(config, router)
+    engine_dep = EngineReplica
+    if parsed.engine.num_replicas is not None:  # serve config `deployments` still override this
+        engine_dep = EngineReplica.options(num_replicas=parsed.engine.num_replicas)
+    engine = engine_dep.bind(config, router)
     preprocessor = PreprocessorReplica.bind(config)
     store = ResponseStoreReplica.bind(config)
     return Ingress.bind(config, preprocessor, router, engine, store)

@@ -86,6 +86,8 @@ class Ingress:
                 engine=engine,
                 tokenizer=tokenizer,
                 trace_path=config.trace_path,
+                block_size=config.engine.block_size,
+                speculative_prefill=config.router.speculative_prefill,
             ),
             preprocessor=preprocessor,
         )

@@ -7,6 +7,7 @@ the engine request; the router is always told the request ended.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -20,7 +21,8 @@ from agentserve.config import ModelSpec
 from agentserve.doctor import PrefixReport, SessionTracker
 from agentserve.doctor.trace import TraceTurn, TraceWriter
 from agentserve.postprocess import Postprocessor
-from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest
+from agentserve.serve.speculative import TurnCollector, next_turn_prefix, prefill_request
+from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest, RouteDecision
 from agentserve.serve.observe import StreamObserver, bind_request_id, observe_route
 
 logger = logging.getLogger("ray.serve")
@@ -45,6 +47,8 @@ class Pipeline:
         engine: DeploymentHandle,
         tokenizer: Any,
         trace_path: str | None = None,
+        block_size: int = 128,  # the engine's, for speculative prefill requests
+        speculative_prefill: bool = True,
     ) -> None:
         self._pre = preprocessor
         self._router = router
@@ -53,6 +57,10 @@ class Pipeline:
         self._doctor = SessionTracker(tokenizer.decode, frozenset(tokenizer.all_special_ids))
         self._reports: OrderedDict[str, PrefixReport] = OrderedDict()
         self._trace = TraceWriter(trace_path) if trace_path else None
+        self._block_size = block_size
+        self._spec_enabled = speculative_prefill
+        self._speculative: OrderedDict[str, GenerationRequest] = OrderedDict()
+        self._spec_tasks: set[asyncio.Task] = set()
 
     async def prepare(self, request: GenerationRequest) -> PreprocessedRequest:
         bind_request_id(request.request_id)
@@ -76,6 +84,44 @@ class Pipeline:
         report = self._reports.get(pre.request_id)
         return {"x-agentserve-prefix": report.header()} if report else {}
 
+    async def admit(self, pre: PreprocessedRequest, request: GenerationRequest | None = None) -> RouteDecision:
+        """Route now, before any response bytes: a saturated cluster raises RequestError('overloaded')
+        (503/529 with Retry-After) instead of failing inside a 200 stream. Pass the request to enable
+        its `speculative_prefill` hint."""
+        if request is not None and request.hints.speculative_prefill and self._spec_enabled:
+            self._speculative[pre.request_id] = request
+            while len(self._speculative) > 10_000:
+                self._speculative.popitem(last=False)
+        return await self._router.route.remote(pre)
+
+    def _speculate(
+        self, pre: PreprocessedRequest, route: RouteDecision, collector: TurnCollector, request: GenerationRequest
+    ) -> None:
+        turn = collector.turn()
+        if request is None or turn is None or route.replica_id is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._prefill_next(request, pre, route.replica_id, turn))
+        self._spec_tasks.add(task)
+        task.add_done_callback(self._spec_tasks.discard)
+
+    async def _prefill_next(
+        self, request: GenerationRequest, pre: PreprocessedRequest, replica: str, turn: Any
+    ) -> None:
+        try:
+            conv = next_turn_prefix(request.conversation, turn)
+            ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False)
+            spec = prefill_request(pre.request_id, pre.model, ids, self._block_size, pre.hints)
+            route = await self._router.route_to.remote(spec, replica)
+            if route is None:
+                return
+            try:
+                async for _ in self._engine.generate.remote(spec, route):
+                    pass
+            finally:
+                self._router.release.remote(spec.request_id)
+        except Exception:
+            logger.warning("speculative prefill after %s failed", pre.request_id, exc_info=True)
+
     async def events(
         self,
         pre: PreprocessedRequest,
@@ -84,6 +130,7 @@ class Pipeline:
         *,
         api: str,
         arrived: float,
+        route: RouteDecision | None = None,  # from admit(); None routes here
     ) -> AsyncIterator[list[Any]]:
         post = Postprocessor(
             self._tokenizer,
@@ -98,21 +145,26 @@ class Pipeline:
             id_factory=options.id_factory,
         )
         routing = time.perf_counter()
-        route = await self._router.route.remote(pre)
+        route = route or await self._router.route.remote(pre)
         observe_route(route, time.perf_counter() - routing, model.id)
         stream = self._engine.generate.remote(pre, route)
         observer = StreamObserver(model.id)
         last = None
+        spec = self._speculative.pop(pre.request_id, None)
+        collector = TurnCollector() if spec is not None else None
         try:
             try:
                 async for delta in stream:
                     now = time.perf_counter()
                     if last is None:
                         metrics.TTFT.labels(api, model.id).observe(now - arrived)
+                        self._router.first_token.remote(pre.request_id)
                     elif delta.token_ids:
                         metrics.ITL.labels(model.id).observe((now - last) / len(delta.token_ids))
                     last = now
                     events = post.feed(delta)
+                    if collector is not None and events:
+                        collector.feed(events)
                     if events:
                         observer.events(events)
                         yield events
@@ -120,6 +172,8 @@ class Pipeline:
                         break
             except Exception as exc:  # the engine replica died or failed mid-stream
                 logger.warning("engine stream for %s failed: %r", pre.request_id, exc)
+                if route.replica_id is not None:
+                    self._router.replica_failed.remote(route.replica_id)
                 error = EngineDelta(token_ids=[], finish_reason="error", error=f"engine failure: {exc}")
                 yield post.feed(error)
             if post.finish_reason is None:
@@ -140,3 +194,5 @@ class Pipeline:
             self._reports.pop(pre.request_id, None)
             stream.cancel()  # no-op when finished; aborts the engine request otherwise
             self._router.release.remote(pre.request_id)
+            if collector is not None and post.finish_reason in ("stop", "length"):
+                self._speculate(pre, route, collector, spec)

@@ -12,6 +12,7 @@ from agentserve.apis import chat_completions
 from agentserve.protocol import NamedToolChoice
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.context import IngressContext
+from agentserve.serve.hints import with_hints
 from agentserve.serve.http import SSE_HEADERS, parse_body, request_id
 from agentserve.serve.pipeline import ParseOptions
 
@@ -28,8 +29,9 @@ class ChatCompletionsHandler:
             model = self._ctx.catalog.resolve(body.model)
             model_name = model.id
             rid = request_id(request)
-            gen = chat_completions.decode(body, request_id=rid, model=model.id)
+            gen = with_hints(chat_completions.decode(body, request_id=rid, model=model.id), request.headers, body)
             pre = await self._ctx.pipeline.prepare(gen)
+            route = await self._ctx.pipeline.admit(pre, gen)  # 503 + Retry-After here, not inside a stream
             choice = gen.conversation.tool_choice
             options = ParseOptions(
                 tools=[t.openai_schema() for t in gen.conversation.tools],
@@ -42,7 +44,7 @@ class ChatCompletionsHandler:
                 tool_dispatch=self._ctx.args.enable_streaming_tool_dispatch,
                 required_tool=choice.name if isinstance(choice, NamedToolChoice) else choice == "required",
             )
-            events = self._ctx.pipeline.events(pre, model, options, api="chat", arrived=arrived)
+            events = self._ctx.pipeline.events(pre, model, options, api="chat", arrived=arrived, route=route)
             if body.stream:
                 headers = {**SSE_HEADERS, **self._ctx.pipeline.prefix_headers(pre)}
                 return StreamingResponse(encoder.stream(events), media_type="text/event-stream", headers=headers)
