@@ -73,7 +73,7 @@ class ResponsesHandler:
                 model=model.id,
                 sealer=self._sealer,
                 history=history,
-                session_id=request.headers.get("session_id"),
+                session_id=request.headers.get("session_id") or request.headers.get("session-id"),
             )
             if "codex" in request.headers.get("originator", "") + request.headers.get("user-agent", "").lower():
                 # What Codex resolved for this model shows in what it sends (see docs/HARNESSES.md).
