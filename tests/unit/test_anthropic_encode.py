@@ -143,3 +143,15 @@ def test_client_gone_closes_the_pipeline_between_items():
         return got
 
     assert len(asyncio.run(run())) == 3 and closed == [True]
+
+
+def test_oversized_body_is_413_request_too_large():
+    from agentserve.apis.anthropic import errors as anthropic_errors
+
+    request = SimpleNamespace(headers={"content-length": str(33 * 1024 * 1024)})
+    try:
+        asyncio.run(_handler(1.0)._body(request, anthropic.MessagesRequest))
+    except RequestError as err:
+        assert anthropic_errors.status_and_type(err) == (413, "request_too_large")
+    else:
+        raise AssertionError("no error")

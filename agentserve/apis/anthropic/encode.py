@@ -84,6 +84,7 @@ class MessageEncoder:
         tool_dispatch: bool = False,
         live_tool_args: bool = False,
         parallel_tool_use: bool = True,
+        emit_thinking: bool = True,  # False when the client disabled thinking: reasoning is parsed, then dropped
     ) -> None:
         self.id = message_id
         self.model = model
@@ -92,6 +93,7 @@ class MessageEncoder:
         self._dispatch = tool_dispatch
         self._live = live_tool_args
         self._parallel = parallel_tool_use
+        self._emit_thinking = emit_thinking
         self.content: list[dict[str, Any]] = []
         self._open: int | None = None  # index of the open block
         self._thinking: list[str] = []  # text of the open thinking block
@@ -173,7 +175,7 @@ class MessageEncoder:
                 self.content[self._open]["text"] += ev.text
                 self._delta({"type": "text_delta", "text": ev.text}, out)
             elif isinstance(ev, ReasoningDelta):
-                if not ev.text:
+                if not ev.text or not self._emit_thinking:
                     continue
                 if self._open is None or self.content[self._open]["type"] != "thinking":
                     self._open_block({"type": "thinking", "thinking": "", "signature": ""}, out)

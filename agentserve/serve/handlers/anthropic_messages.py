@@ -110,6 +110,10 @@ class AnthropicMessagesHandler:
             )
             gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
             pre = await self._prepare(gen, model)
+            if not pre.parse_reasoning:
+                # Thinking disabled: still parse the model's reasoning markup (so it never leaks into text), and
+                # drop it in the encoder, as Anthropic returns no thinking blocks then.
+                pre = pre.model_copy(update={"parse_reasoning": True})
             # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.
             options = ParseOptions(
                 tools=[t.openai_schema() for t in gen.conversation.tools],
@@ -124,6 +128,7 @@ class AnthropicMessagesHandler:
                 tool_dispatch=body.stream and self._ctx.args.enable_streaming_tool_dispatch,
                 live_tool_args=body.stream and FINE_GRAINED_TOOL_STREAMING in _betas(request),
                 parallel_tool_use=anthropic.parallel_tool_use(body),
+                emit_thinking=gen.thinking is not False,
             )
             events = self._ctx.pipeline.events(pre, model, options, api="anthropic", arrived=arrived)
             if body.stream:
