@@ -7,10 +7,14 @@ An assistant turn is rendered from its typed blocks so that it reads as the mode
   before the text it preceded, or drops it.
 A turn whose reasoning came after one of its tool calls cannot be put back in order through one
 `reasoning_content` field; such turns are counted (`reordered_turns`) so the loss is visible.
+What the template's source says (TemplateCaps) also decides the field reasoning goes in (`thinking` for
+gpt-oss), whether each call gets its own message (templates that render only `tool_calls[0]`), and whether
+arguments go in as JSON text (rendered verbatim) or as a mapping (templates that iterate or tojson them).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +38,30 @@ class RenderPlan:
     reordered_turns: int  # assistant turns whose interleaving one reasoning field could not keep
 
 
-def _call(b: ToolCallBlock) -> dict[str, Any]:
-    return {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": b.arguments}}
+def _call(b: ToolCallBlock, caps: TemplateCaps) -> dict[str, Any]:
+    arguments: Any = b.arguments
+    if caps.arguments_as_mapping:
+        try:
+            parsed = json.loads(b.arguments or "{}")
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            arguments = parsed
+    return {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": arguments}}
+
+
+def _per_call_turns(turn: Turn) -> list[Turn]:
+    """One assistant turn per tool call (each with the blocks since the previous call), then any rest."""
+    turns: list[Turn] = []
+    pending: list[Any] = []
+    for b in turn.blocks:
+        pending.append(b)
+        if isinstance(b, ToolCallBlock):
+            turns.append(Turn(role="assistant", blocks=tuple(pending)))
+            pending = []
+    if pending:
+        turns.append(Turn(role="assistant", blocks=tuple(pending)))
+    return turns
 
 
 def _interleaved(turn: Turn) -> bool:
@@ -62,9 +88,9 @@ def _assistant(turn: Turn, policy: ReplayPolicy, caps: TemplateCaps) -> tuple[di
                 if isinstance(b, ReasoningBlock):
                     (pending if rendered_calls or head else head).append(b.text)
                 elif isinstance(b, ToolCallBlock):
-                    call = _call(b)
+                    call = _call(b, caps)
                     if rendered_calls and pending:
-                        call["reasoning_content"] = "\n".join(pending)
+                        call[caps.reasoning_field] = "\n".join(pending)
                         pending = []
                     rendered_calls.append(call)
             reasoning = "\n".join(head)
@@ -73,10 +99,13 @@ def _assistant(turn: Turn, policy: ReplayPolicy, caps: TemplateCaps) -> tuple[di
             reasoning = "\n".join(b.text for b in turn.blocks if isinstance(b, ReasoningBlock))
             reordered = _interleaved(turn)
             if calls:
-                msg["tool_calls"] = [_call(b) for b in calls]
+                msg["tool_calls"] = [_call(b, caps) for b in calls]
         msg["content"] = "".join(b.text for b in turn.blocks if isinstance(b, TextBlock))
+        # Framing newlines are the template's (as in the text-form path below): templates write
+        # "<think>\n" + reasoning + "\n</think>" and the parser's text may still carry them.
+        reasoning = reasoning.strip("\n")
         if reasoning:
-            msg["reasoning_content"] = reasoning
+            msg[caps.reasoning_field] = reasoning
         return msg, reordered
     keep = (policy.tool_turns if calls else policy.plain_turns) == "keep"
     parts: list[str] = []
@@ -87,7 +116,7 @@ def _assistant(turn: Turn, policy: ReplayPolicy, caps: TemplateCaps) -> tuple[di
             parts.append(b.text)
     msg["content"] = "".join(parts)
     if calls:
-        msg["tool_calls"] = [_call(b) for b in calls]
+        msg["tool_calls"] = [_call(b, caps) for b in calls]
         reordered = keep and _interleaved(turn)
     return msg, reordered
 
@@ -97,8 +126,13 @@ def plan_messages(conversation: Conversation, policy: ReplayPolicy, caps: Templa
     reordered = 0
     for turn in conversation.turns:
         if turn.role == "assistant":
-            msg, lost = _assistant(turn, policy, caps)
-            messages.append(msg)
+            calls = sum(isinstance(b, ToolCallBlock) for b in turn.blocks)
+            parts = _per_call_turns(turn) if caps.one_call_per_message and calls > 1 else [turn]
+            lost = False
+            for part in parts:
+                msg, part_lost = _assistant(part, policy, caps)
+                messages.append(msg)
+                lost = lost or part_lost
             reordered += lost
             continue
         text_parts: list[str] = []

@@ -40,24 +40,40 @@ POLICIES: dict[str, ReplayPolicy] = {
     for p in (
         _p(family="qwen3", think_open="<think>\n", think_close="\n</think>\n\n", plain_turns="drop",
            tool_turns="keep", enable={"enable_thinking": True}, disable={"enable_thinking": False},
-           note="template keeps reasoning after the last user query only"),
+           note="Qwen/Qwen3-8B tokenizer_config.json chat_template: reads reasoning_content, renders it only for "
+                "assistant messages after the last real user query (last_query_index)"),
         _p(family="deepseek_r1", think_open="<think>\n", think_close="\n</think>\n\n", plain_turns="drop",
-           tool_turns="drop", note="R1's template strips prior thinking from every turn"),
+           tool_turns="drop",
+           note="DeepSeek-R1(-Distill) chat_template: no reasoning_content; content.split('</think>')[-1] on "
+                "every plain assistant turn; tool-call turns render only the calls; prompt ends '<think>\\n'"),
         _p(family="nemotron", think_open="<think>\n", think_close="\n</think>\n", plain_turns="drop",
-           tool_turns="keep", enable={"enable_thinking": True, "truncate_history_thinking": False},
-           disable={"enable_thinking": False}),
-        _p(family="kimi", think_open="◁think▷", think_close="◁/think▷", plain_turns="drop",
-           tool_turns="keep", enable={"thinking": True}, disable={"thinking": False}),
+           tool_turns="drop", enable={"enable_thinking": True, "truncate_history_thinking": False},
+           disable={"enable_thinking": False},
+           note="Nemotron Nano v2 template: no reasoning_content, splits '</think>' off every assistant turn "
+                "(thinking via /think in the system prompt); Nemotron 3 reads reasoning_content and keeps "
+                "all of it when truncate_history_thinking=false"),
+        _p(family="kimi", think_open="<think>", think_close="</think>", plain_turns="drop",
+           tool_turns="keep", enable={"thinking": True}, disable={"thinking": False},
+           note="moonshotai/Kimi-K2-Thinking chat_template.jinja: reads reasoning_content, renders <think>rc</think> "
+                "after the last assistant turn without tool calls, <think></think> before it; the `thinking` "
+                "switch is not in that template (applied only where a template declares it)"),
         _p(family="glm", think_open="<think>", think_close="</think>", plain_turns="drop",
            tool_turns="keep", enable={"enable_thinking": True, "clear_thinking": False},
-           disable={"enable_thinking": False}),
+           disable={"enable_thinking": False},
+           note="GLM-4.5/4.6 chat_template: reads reasoning_content after the last user message, <think></think> "
+                "before it; GLM-4.7+ keeps every turn's when clear_thinking is false"),
         _p(family="gpt_oss", think_open="<|channel|>analysis<|message|>", think_close="<|end|>",
            plain_turns="drop", tool_turns="keep",
-           note="harmony: drop analysis once a final answer closed the turn; keep it across tool calls"),
-        _p(family="minimax", think_open="<think>\n", think_close="\n</think>\n\n", plain_turns="keep",
-           tool_turns="keep", note="M2 is trained on interleaved thinking and needs all of it back"),
-        _p(family="mistral", think_open="[THINK]", think_close="[/THINK]", plain_turns="drop",
-           tool_turns="keep"),
+           note="openai/gpt-oss chat_template: analysis from the `thinking` field, kept on tool-call messages "
+                "until a later final message, one call per message (tool_calls[0]), arguments|tojson"),
+        _p(family="minimax", think_open="<think>\n", think_close="\n</think>\n\n", plain_turns="drop",
+           tool_turns="keep",
+           note="MiniMax-M2 chat_template: reads reasoning_content (or <think> in content) and renders it only "
+                "after the last user message; prompt ends '<think>\\n'"),
+        _p(family="mistral", think_open="[THINK]", think_close="[/THINK]", plain_turns="keep",
+           tool_turns="keep",
+           note="Magistral / Ministral-3 Reasoning chat_template: no reasoning_content; `thinking` content chunks "
+                "render as [THINK]...[/THINK] in place on every assistant turn, calls after content"),
         _p(family="agentserve_default", think_open="<think>\n", think_close="\n</think>\n\n",
            plain_turns="keep", tool_turns="keep", enable={"enable_thinking": True},
            disable={"enable_thinking": False}, note="the embedded template keeps every turn's reasoning"),
