@@ -1,0 +1,183 @@
+"""Scaling the Engine deployment up and down on a running graph, as the Ray dashboard and KubeRay do it.
+
+Run by test_scaling.py in a process of its own (`python -m tests.integration.scaling_scenario`).
+
+The graph is deployed from a Serve config (the declarative REST path that `serve deploy`, the dashboard and
+KubeRay's serveConfigV2 reconciliation use); scaling re-applies the same config with a new Engine
+`num_replicas`, which Serve applies in place. Streams in flight must finish intact on every replica,
+including a draining one, and the router must end up seeing exactly Serve's running replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Callable
+
+import httpx
+
+from tests.conftest import free_port
+
+APP = "agentserve"
+WORDS = 120
+REPLY = "tick " * WORDS
+RULES = [
+    {"match": "long", "reply": REPLY, "itl_ms": 40},  # ~5 s per stream
+    {"match": "", "reply": "ok", "itl_ms": 0},
+]
+ARGS = {"engine": {"kind": "scripted", "block_size": 16, "rules": RULES}, "secret_key": "0" * 64}
+
+
+def config(engine_replicas: int, port: int) -> dict[str, Any]:
+    return {
+        "http_options": {"host": "127.0.0.1", "port": port},
+        "applications": [
+            {
+                "name": APP,
+                "route_prefix": "/",
+                "import_path": "agentserve.serve.app:build_app",
+                "args": ARGS,
+                "deployments": [
+                    {"name": "Ingress", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
+                    {"name": "Preprocessor", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
+                    {"name": "Router", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
+                    {"name": "Engine", "num_replicas": engine_replicas, "ray_actor_options": {"num_cpus": 0.1}},
+                ],
+            }
+        ],
+    }
+
+
+T0 = time.monotonic()
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
+    print(f"[{time.monotonic() - T0:6.1f}s] waiting for {what}")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - not ready yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Stream(threading.Thread):
+    """One streamed chat completion; keeps the text and the finish reason."""
+
+    def __init__(self, url: str, prompt: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.prompt = url, prompt
+        self.text, self.finish, self.error = "", None, None
+        self.first_chunk = threading.Event()
+
+    def run(self) -> None:
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": self.prompt}], "stream": True}
+        try:
+            with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, timeout=120) as r:
+                r.raise_for_status()
+                for line in r.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    choice = json.loads(line[6:])["choices"][0]
+                    self.text += choice["delta"].get("content") or ""
+                    self.finish = choice.get("finish_reason") or self.finish
+                    self.first_chunk.set()
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion
+            self.error = repr(exc)
+        finally:
+            self.first_chunk.set()
+
+
+def start_streams(url: str, tag: str, n: int) -> list[Stream]:
+    streams = [Stream(url, f"long {tag} {i}") for i in range(n)]
+    for s in streams:
+        s.start()
+    for s in streams:
+        assert s.first_chunk.wait(60), "stream never started"
+    return streams
+
+
+def running_engine_replicas() -> set[str]:
+    from ray.serve.context import _get_global_client
+
+    details = _get_global_client().get_serve_details()
+    engine = details["applications"][APP]["deployments"]["Engine"]
+    return {r["replica_id"] for r in engine["replicas"] if r["state"] == "RUNNING"}
+
+
+def router_view() -> dict[str, int]:
+    from ray import serve
+
+    return serve.get_deployment_handle("Router", APP).replicas.remote().result(timeout_s=10)
+
+
+def scenario(client: Any, port: int) -> None:
+    from ray.serve.schema import ServeDeploySchema
+
+    url = f"http://127.0.0.1:{port}"
+
+    def deploy(n: int) -> None:
+        client.deploy_apps(ServeDeploySchema.model_validate(config(n, port)))
+
+    deploy(1)
+    wait_for("app RUNNING", lambda: httpx.get(f"{url}/health").status_code == 200, 120)
+    wait_for("router sees the engine", lambda: set(router_view()) == running_engine_replicas() != set())
+    (first,) = running_engine_replicas()
+
+    before = start_streams(url, "before", 3)
+    deploy(2)  # scale up while 3 streams are in flight
+    wait_for("2 engine replicas", lambda: len(running_engine_replicas()) == 2)
+    wait_for("router sees both", lambda: set(router_view()) == running_engine_replicas())
+    (second,) = running_engine_replicas() - {first}
+
+    during = start_streams(url, "during", 3)  # least loaded: these go to the new replica
+    view = router_view()
+    assert view[second] >= 1, view
+
+    deploy(1)  # scale down while streams run on both replicas: one replica drains
+    wait_for("1 engine replica", lambda: len(running_engine_replicas()) == 1)
+    after = [Stream(url, "short after scale-down")]  # new work while the other replica drains
+    after[0].start()
+
+    for s in before + during + after:
+        s.join(90)
+        assert s.error is None, s.error
+        assert s.finish == "stop", (s.prompt, s.finish)
+    for s in before + during:
+        assert s.text == REPLY, (s.prompt, len(s.text))  # every token, in order, across the drain
+    assert after[0].text == "ok"
+
+    survivor = running_engine_replicas()
+    # The stopped replica stops heartbeating and leaves the router's view; in-flight counts return to 0.
+    wait_for("router view == Serve's replicas", lambda: set(router_view()) == survivor, 60)
+    wait_for("no requests left in flight", lambda: all(v == 0 for v in router_view().values()), 10)
+
+
+def main() -> int:
+    import ray
+    from ray import serve
+    from ray.serve.context import _get_global_client
+
+    port = free_port()
+    # A cluster of its own: the declarative (config) API cannot share a Serve instance with serve.run apps.
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        scenario(_get_global_client(), port)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    print(f"[{time.monotonic() - T0:6.1f}s] scaling scenario passed")
+    return 0
+
+
+if __name__ == "__main__":
+    import os
+    import sys
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    sys.exit(main())
