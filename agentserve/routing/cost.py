@@ -24,7 +24,7 @@ Reason = Literal["least_loaded", "prefix", "affinity", "only_replica"]
 @dataclass(frozen=True, slots=True)
 class CostConfig:
     block_size: int
-    overlap_weight: float = 1.0
+    overlap_weight: float = 8.0  # Dynamo uses 1.0; see RouterSpec.overlap_weight
     temperature: float = 0.0
     default_osl: int = 256
     affinity_slack_blocks: float = 1.0

@@ -22,7 +22,7 @@ from agentserve.routing.index import ApplyStats, EventIndex
 from agentserve.routing.kv_events import KvEvent
 from agentserve.routing.load import LoadTracker, ReplicaLoad
 
-Mode = Literal["kv", "approx", "least_loaded"]
+Mode = Literal["kv", "approx", "least_loaded", "round_robin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class KvRouter:
         self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
             max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock
         )
+        self._turn = 0
         self.counters = {"routed": 0, "prefix": 0, "affinity": 0, "queued": 0}
 
     # -- membership -----------------------------------------------------------
@@ -118,7 +119,7 @@ class KvRouter:
         self._events.clear(replica)
 
     def overlaps(self, block_hashes: list[int]) -> dict[str, int]:
-        if self.cfg.mode == "least_loaded":
+        if self.cfg.mode in ("least_loaded", "round_robin"):
             return {}
         learned = self._learned.overlaps(block_hashes)
         if self.cfg.mode == "approx":
@@ -135,6 +136,12 @@ class KvRouter:
         self.expire()
         if not self._replicas:
             return RouteDecision(replica_id=None, reason="no_replica")
+        if self.cfg.mode == "round_robin":  # a baseline for benchmarks
+            self._turn += 1
+            names = sorted(self._replicas)
+            choice = Choice(names[self._turn % len(names)], 0, 0.0, "least_loaded")
+            self._commit(req, choice, request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, self.cfg.cost), "")
+            return RouteDecision(replica_id=choice.replica, reason="least_loaded")
         overlaps = self.overlaps(req.block_hashes)
         cands = [
             Candidate(r, overlaps.get(r, 0), self._load.load(r), self._index_size(r)) for r in self._replicas
@@ -218,7 +225,7 @@ class KvRouter:
     def _commit(self, req: PreprocessedRequest, choice: Choice, new_blocks: float, session: str) -> None:
         uncached = max(0, req.prompt_tokens - choice.overlap_blocks * self.cfg.cost.block_size)
         self._load.start(req.request_id, choice.replica, uncached, new_blocks)
-        if self.cfg.mode != "least_loaded":
+        if self.cfg.mode not in ("least_loaded", "round_robin"):
             self._learned.learn(choice.replica, req.block_hashes)
         if session:
             self._sessions[session] = choice.replica
@@ -234,5 +241,6 @@ class KvRouter:
             self._queue.pump(self.try_route)
 
 
-def with_mode(cfg: RouterConfig, mode: Mode) -> RouterConfig:
-    return replace(cfg, mode=mode)
+    def set_mode(self, mode: Mode) -> None:
+        """Switch policy in place (benchmarks interleave policies on the same engines)."""
+        self.cfg = replace(self.cfg, mode=mode)

@@ -244,7 +244,7 @@ class PrefixAffinity(_Base):
 class Oracle(_Base):
     """Perfect, instant knowledge of every cache; longest cached prefix wins, load ignored but for ties."""
 
-    name = "oracle (max hit, load-blind)"
+    name = "greedy max-hit (load-blind)"
 
     def route(self, req, replicas, now):
         usable = max(0, (req.prompt_tokens - 1) // BLOCK_SIZE_HINT[0])

@@ -138,6 +138,10 @@ class RouterReplica:
             "events": dict(self._subscriber.stats) if self._subscriber else {},
         }
 
+    async def set_policy(self, mode: str) -> None:
+        """Benchmarks only: switch kv / approx / least_loaded / round_robin without redeploying."""
+        self._router.set_mode(mode)  # type: ignore[arg-type]
+
     async def overlaps(self, block_hashes: list[int]) -> dict[str, int]:
         self._drain()
         return self._router.overlaps(block_hashes)

