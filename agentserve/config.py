@@ -121,7 +121,7 @@ class EngineSpec(_Strict):
 class RouterSpec(_Strict):
     """The KV-aware router (agentserve/routing): cost weights, index mode, admission limits."""
 
-    policy: Literal["kv", "approx", "least_loaded"] = "kv"  # kv falls back to approx per replica without events
+    policy: Literal["kv", "approx", "least_loaded", "round_robin"] = "kv"  # kv falls back to approx per replica without events
     # Weight of prefill work (uncached + pending prompt tokens) against active KV blocks. Dynamo's default is 1;
     # with long agent prompts that lets decode blocks swamp the cache term (see docs/BENCHMARKS.md, router).
     overlap_weight: float = Field(default=8.0, ge=0)
