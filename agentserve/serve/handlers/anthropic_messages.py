@@ -168,14 +168,17 @@ class AnthropicMessagesHandler:
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
         interval = self._ctx.args.keepalive_interval_s
+        getter: asyncio.Future | None = None
         try:
             yield sse(encoder.start_frame())
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), interval)
-                except asyncio.TimeoutError:
+                # asyncio.wait leaves the pending get in place on timeout (wait_for could drop an item on 3.11).
+                getter = getter or asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter}, timeout=interval)
+                if not done:
                     yield sse(PING)
                     continue
+                item, getter = getter.result(), None
                 if item is _END:
                     if encoder.finish is None:
                         yield sse(error_frame("api_error", "the generation stream ended early"))
@@ -190,6 +193,8 @@ class AnthropicMessagesHandler:
                     return
         finally:
             gone.set()
+            if getter is not None:
+                getter.cancel()
 
     # -- POST /v1/messages/count_tokens ---------------------------------------------------------
     async def count_tokens(self, request: Request) -> Response:
