@@ -83,18 +83,19 @@ def _assistant(turn: Turn, policy: ReplayPolicy, caps: TemplateCaps) -> tuple[di
             # Reasoning before the first call is the message's; later spans belong to the call they precede.
             head: list[str] = []
             pending: list[str] = []
-            rendered_calls = []
+            rendered_calls: list[dict[str, Any]] = []
             for b in turn.blocks:
                 if isinstance(b, ReasoningBlock):
-                    (pending if rendered_calls or head else head).append(b.text)
+                    (pending if rendered_calls else head).append(b.text)
                 elif isinstance(b, ToolCallBlock):
                     call = _call(b, caps)
-                    if rendered_calls and pending:
-                        call[caps.reasoning_field] = "\n".join(pending)
+                    if pending:
+                        call[caps.reasoning_field] = "\n".join(pending).strip("\n")
                         pending = []
                     rendered_calls.append(call)
             reasoning = "\n".join(head)
             msg["tool_calls"] = rendered_calls
+            reordered = bool(pending)  # reasoning after the last call has no place to go
         else:
             reasoning = "\n".join(b.text for b in turn.blocks if isinstance(b, ReasoningBlock))
             reordered = _interleaved(turn)

@@ -67,6 +67,23 @@ def test_faithful_replay_reuses_everything(pre, tok):
     assert r.cause is None and r.reuse_ratio == 1.0
 
 
+def test_interleaved_turn_replays_in_place(pre, tok):
+    output = (
+        "<think>\nFirst read a.py.\n</think>\n\n"
+        '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>\n'
+        "<think>\nThen run the tests.\n</think>\n\n"
+        '<tool_call>\n{"name": "run_shell", "arguments": {"cmd": "pytest"}}\n</tool_call>'
+    )
+    blocks = [
+        ReasoningBlock(text="First read a.py."),
+        ToolCallBlock(id="c1", name="read_file", arguments='{"path": "a.py"}'),
+        ReasoningBlock(text="Then run the tests."),
+        ToolCallBlock(id="c2", name="run_shell", arguments='{"cmd": "pytest"}'),
+    ]
+    r = _report(pre, tok, _conv("You are a coding agent.", [USER]), _history(blocks), output=output)
+    assert r.cause is None and r.reuse_ratio == 1.0
+
+
 def test_billing_header(pre, tok):
     first = _conv("x-anthropic-billing-header: cc_version=2.1; cch=aaaa1;\nYou are a coding agent.", [USER])
     second = _history([REASON, CALL], system="x-anthropic-billing-header: cc_version=2.1; cch=bbbb2;\nYou are a coding agent.")
@@ -112,10 +129,11 @@ def test_reasoning_reordered(pre, tok):
         "<think>\nThen run the tests.\n</think>\n\n"
         '<tool_call>\n{"name": "run_shell", "arguments": {"cmd": "pytest"}}\n</tool_call>'
     )
+    # What a server that lost the interleaving replays: both reasoning spans first, then both calls.
     blocks = [
         ReasoningBlock(text="First read a.py."),
-        ToolCallBlock(id="c1", name="read_file", arguments='{"path": "a.py"}'),
         ReasoningBlock(text="Then run the tests."),
+        ToolCallBlock(id="c1", name="read_file", arguments='{"path": "a.py"}'),
         ToolCallBlock(id="c2", name="run_shell", arguments='{"cmd": "pytest"}'),
     ]
     r = _report(pre, tok, _conv("You are a coding agent.", [USER]), _history(blocks), output=output)
