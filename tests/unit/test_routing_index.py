@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import msgspec
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from agentserve.preprocess.block_hash import block_hashes
@@ -117,15 +116,20 @@ def test_approx_index_ttl_and_cap():
     assert ap.overlaps(list(range(100, 112))) == {"a": 8}
 
 
-def test_wire_format_round_trips_and_matches_vllm():
+# msgspec.msgpack.encode of vLLM 0.32's KVEventBatch(ts=1.0, events=[BlockStored(block_hashes=[b"h"],
+# parent_block_hash=None, token_ids=[1, 2, 3, 4], block_size=4, lora_id=None, medium="GPU", lora_name=None),
+# BlockRemoved(block_hashes=[7], medium=None), AllBlocksCleared()], data_parallel_rank=0): pinned so the unit
+# test needs no vLLM import (slow); re-generate it from vllm.distributed.kv_events when vLLM is upgraded.
+VLLM_WIRE = bytes.fromhex(
+    "93cb3ff00000000000009388a474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657391c40168b170617265"
+    "6e745f626c6f636b5f68617368c0a9746f6b656e5f6964739401020304aa626c6f636b5f73697a6504a76c6f72615f6964c0"
+    "a66d656469756da3475055a96c6f72615f6e616d65c083a474797065ac426c6f636b52656d6f766564ac626c6f636b5f6861"
+    "736865739107a66d656469756dc081a474797065b0416c6c426c6f636b73436c656172656400"
+)
+
+
+def test_wire_format_is_byte_identical_to_vllm():
     batch = EventBatch(ts=1.0, events=[stored([b"h"], None, [1, 2, 3, 4]), BlockRemoved(block_hashes=[7], medium=None),
                                        AllBlocksCleared()], data_parallel_rank=0)
-    assert decode_batch(encode_batch(batch)) == batch
-    kv = pytest.importorskip("vllm.distributed.kv_events")
-    theirs = kv.KVEventBatch(ts=1.0, events=[
-        kv.BlockStored(block_hashes=[b"h"], parent_block_hash=None, token_ids=[1, 2, 3, 4], block_size=4,
-                       lora_id=None, medium="GPU", lora_name=None),
-        kv.BlockRemoved(block_hashes=[7], medium=None), kv.AllBlocksCleared()], data_parallel_rank=0)
-    wire = msgspec.msgpack.encode(theirs)
-    assert encode_batch(decode_batch(wire)) == wire
-    assert msgspec.msgpack.decode(encode_batch(batch), type=kv.KVEventBatch).events[1].block_hashes == [7]
+    assert encode_batch(batch) == VLLM_WIRE
+    assert decode_batch(VLLM_WIRE) == batch
