@@ -68,6 +68,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _ray_stat_loggers() -> list[Any] | None:
+    """Inside Ray, vLLM's own metrics (scheduler queue time, prefix-cache queries/hits, KV usage) go through
+    Ray's metrics agent as `ray_vllm_*`, beside agentserve's; vLLM's default Prometheus logger would only fill
+    a registry in this process that nothing scrapes."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+    except ImportError:
+        return None
+    return [RayPrometheusStatLogger]
+
+
 class VllmEngine:
     def __init__(self, spec: EngineSpec, model_path: Path, *, context_window: int) -> None:
         self._kv_ports = (_free_port(), _free_port()) if spec.kv_events else None
@@ -88,7 +103,7 @@ class VllmEngine:
             from vllm.config.kv_events import KVEventsConfig
 
             kwargs["kv_events_config"] = KVEventsConfig(**kwargs["kv_events_config"])
-        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=_ray_stat_loggers())
 
     def kv_event_ports(self) -> tuple[int, int] | None:
         """(publish port, replay port) of vLLM's KV event publisher, or None without KV events."""
