@@ -46,10 +46,11 @@ class CallSink:
     def open(self) -> bool:
         return self.started or self.index is not None
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, call_id: str | None = None) -> None:
+        """`call_id`: the model's own id for the call, where its format writes one (Kimi's header)."""
         i = self._take_index()
         self.started = True
-        self.out.append(ToolCallStart(i, self.id_factory(), name))
+        self.out.append(ToolCallStart(i, call_id or self.id_factory(), name))
 
     def args(self, fragment: str) -> None:
         if fragment and self.started:

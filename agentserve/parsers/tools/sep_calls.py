@@ -28,6 +28,7 @@ class SepFormat:
     call_close: str
     name_after_sep: bool  # deepseek_v3: the name is the first line after the separator
     header_name: str = ""  # regex with a `name` group applied to the header (text before the separator)
+    header_is_id: bool = False  # Kimi K2: the header (`functions.NAME:IDX`) is the call's id, replayed verbatim
 
 
 DEEPSEEK_V3 = SepFormat(
@@ -41,7 +42,7 @@ DEEPSEEK_V31 = SepFormat(
 KIMI_K2 = SepFormat(
     "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
     "<|tool_call_argument_begin|>", "<|tool_call_end|>",
-    name_after_sep=False, header_name=r"^\s*(?:functions\.)?(?P<name>.+?)(?::\d+)?\s*$",
+    name_after_sep=False, header_name=r"^\s*(?:functions\.)?(?P<name>.+?)(?::\d+)?\s*$", header_is_id=True,
 )
 
 _SECTION, _HEADER, _NAMELINE, _ARGS, _AFTER = range(5)
@@ -74,13 +75,14 @@ class SepBody(Body):
 
     def _start(self, raw_name: str) -> bool:
         name = raw_name.strip()
+        call_id = name if self.f.header_is_id and name else None
         if self._name_re is not None:
             m = self._name_re.match(name)
             name = m.group("name").strip() if m else name
         if not name:
             self.sink.error("tool call has no name")
             return False
-        self.sink.start(name)
+        self.sink.start(name, call_id)
         return True
 
     def _feed_args(self, t: str) -> None:

@@ -163,8 +163,6 @@ FAMILIES: dict[str, Family] = {
         ("<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>", "<think>", "</think>",
          "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
          "<|tool_call_argument_begin|>", "<|tool_call_end|>"),
-        xfail="the kimi_k2 parser gives calls generated ids (call_…); Kimi's template renders the id back where "
-              "the model wrote functions.NAME:IDX, so the replayed call differs from the generated one",
     ),
     "glm": Family(
         "glm", "glm", "glm45", "glm45",
