@@ -133,6 +133,7 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import ray
     from ray import serve
 
