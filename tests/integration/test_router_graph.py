@@ -29,6 +29,10 @@ def stats() -> dict:
     return router().stats.remote().result()
 
 
+async def astats() -> dict:
+    return await router().stats.remote()
+
+
 def wait_for(pred, timeout=60.0):
     end = time.time() + timeout
     while time.time() < end:
@@ -70,7 +74,8 @@ def test_sessions_stick_to_the_replica_holding_their_prefix(url):
                          {"role": "user", "content": f"tool output {turn} " * 20}]
     st = stats()
     assert st["events"]["batches"] > 0 and st["events"]["resets"] == 0
-    assert all(v["indexed_blocks"] > 0 for v in st["replicas"].values())  # sessions spread over both
+    # Sequential sessions sharing a system prompt stay where it is cached (no load to push them apart).
+    assert max(v["indexed_blocks"] for v in st["replicas"].values()) > 0
     assert st["counters"]["prefix"] >= 8
 
 
@@ -84,8 +89,12 @@ def test_load_spreads_then_admission_sheds_with_retry_after(url):
     async def run():
         async with httpx.AsyncClient(timeout=60) as client:
             tasks = [asyncio.create_task(_slow(client, url, i)) for i in range(4)]
-            await asyncio.sleep(1.0)
-            busy = {r: v["in_flight"] for r, v in stats()["replicas"].items()}
+            busy: dict = {}
+            for _ in range(100):  # until all four are routed (preprocessing is slow on a busy machine)
+                busy = {r: v["in_flight"] for r, v in (await astats())["replicas"].items()}
+                if sum(busy.values()) == 4:
+                    break
+                await asyncio.sleep(0.1)
             extra = [asyncio.create_task(_slow(client, url, 10 + i)) for i in range(2)]
             done = await asyncio.gather(*tasks, *extra)
             return busy, done
@@ -107,8 +116,10 @@ def test_killed_replica_fails_its_request_loudly_and_leaves_the_index(url):
     async def run():
         async with httpx.AsyncClient(timeout=60) as client:
             task = asyncio.create_task(_slow(client, url, 99))
-            await asyncio.sleep(1.0)
-            victim = next(r for r, v in stats()["replicas"].items() if v["in_flight"] > 0)
+            victim = None
+            while victim is None:
+                await asyncio.sleep(0.1)
+                victim = next((r for r, v in (await astats())["replicas"].items() if v["in_flight"] > 0), None)
             actor = next(a for a in ray.util.list_named_actors(all_namespaces=True)
                          if victim in a["name"] and "Engine" in a["name"])
             ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
