@@ -380,6 +380,13 @@ class ResponsesEncoder:
         self.status = "completed"
         return [self._ev("response.completed", response=self.response_body())]
 
+    def failed(self, code: str, message: str) -> list[bytes]:
+        """A whole stream for a request that failed before generation (Codex maps `error.code`)."""
+        out = self.start()
+        self.status = "failed"
+        self.error = {"code": code, "message": message}
+        return out + [self._ev("response.failed", response=self.response_body())]
+
     # -- non-streaming ----------------------------------------------------------
     def response(self, events: Iterable[Any]) -> dict[str, Any]:
         self.start()

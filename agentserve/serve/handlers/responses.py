@@ -85,13 +85,6 @@ class ResponsesHandler:
                     body.parallel_tool_calls,
                     [getattr(t, "name", t.type) for t in body.tools or []],
                 )
-            pre = await self._ctx.pipeline.prepare(decoded.request)
-            conv = decoded.request.conversation
-            options = ParseOptions(
-                tools=[t.openai_schema() for t in conv.tools],
-                parse_tool_calls=conv.tool_choice != "none",
-                id_factory=_call_id,
-            )
             encoder = responses.ResponsesEncoder(
                 response_id=responses.new_id("resp"),
                 request=body,
@@ -101,21 +94,37 @@ class ResponsesHandler:
                 sealer=self._sealer,
                 count_tokens=lambda text: len(self._ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0,
             )
+            try:
+                pre = await self._ctx.pipeline.prepare(decoded.request)
+            except RequestError as err:
+                if body.stream and err.code == "context_length_exceeded":
+                    # As OpenAI does: a terminal `response.failed`, which Codex turns into its
+                    # context-window error (and compaction) rather than a generic HTTP failure.
+                    failed = encoder.failed(err.code, err.message)
+                    return StreamingResponse(iter(failed), media_type="text/event-stream", headers=SSE_HEADERS)
+                raise
+            conv = decoded.request.conversation
+            options = ParseOptions(
+                tools=[t.openai_schema() for t in conv.tools],
+                parse_tool_calls=conv.tool_choice != "none",
+                id_factory=_call_id,
+            )
             inputs = history + ([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
             events = self._ctx.pipeline.events(pre, model, options, api="responses", arrived=arrived)
+            headers = self._ctx.pipeline.prefix_headers(pre)  # read before the stream ends
             store = body.store is not False and self._store is not None
             if body.stream:
                 return StreamingResponse(
                     self._stream(encoder, events, inputs, owner, store),
                     media_type="text/event-stream",
-                    headers=SSE_HEADERS,
+                    headers={**SSE_HEADERS, **headers},
                 )
             result = encoder.response([ev async for batch in events for ev in batch])
             if encoder.status == "failed":
                 raise RequestError("internal", (encoder.error or {}).get("message", "engine error"))
             if store:
                 await self._save(encoder, inputs, owner)
-            return JSONResponse(result)
+            return JSONResponse(result, headers=headers)
         except RequestError as err:
             status = err.status
             raise

@@ -12,7 +12,7 @@ import orjson
 import pytest
 import zstandard
 
-from tests.integration.test_responses_events import codex_turn, raw_stream
+from tests.integration.responses.test_responses_events import codex_turn, raw_stream
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +40,7 @@ def _post(url: str, body: bytes, encoding: str | None, path: str = "/v1/response
 )
 def test_compressed_body_gives_the_same_stream(graph_url, encoding, compress):
     body = orjson.dumps({**codex_turn("rsp-shell: list files"), "stream": True})
+    _post(graph_url, body, None)  # warm the prefix cache, so both requests below see the same cached_tokens
     plain = _post(graph_url, body, None)
     packed = _post(graph_url, compress(body), encoding)
     assert plain.status_code == packed.status_code == 200

@@ -208,3 +208,10 @@ def test_context_length_exceeded(client):
         client.responses.create(model="smollm2", input="word " * 9000)
     assert exc.value.body["code"] == "context_length_exceeded"
     assert exc.value.body["type"] == "invalid_request_error"
+
+
+def test_context_length_exceeded_streams_response_failed(graph_url):
+    events = raw_stream(graph_url, {"model": "smollm2", "input": "word " * 9000})
+    assert [t for t, _ in events] == ["response.created", "response.in_progress", "response.failed"]
+    failed = events[-1][1]["response"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "context_length_exceeded"
