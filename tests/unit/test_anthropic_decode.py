@@ -100,7 +100,7 @@ def test_semantic_errors_are_invalid_request(body, fragment):
 
 
 VALID = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5000), st.floats(allow_nan=False), st.text(max_size=8))
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5000), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
 json_value = st.recursive(json_leaf, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
         ["type", "text", "role", "content", "id", "name", "input", "thinking", "signature", "tool_use_id",
