@@ -131,14 +131,17 @@ class AnthropicMessagesHandler:
                 emit_thinking=gen.thinking is not False,
             )
             events = self._ctx.pipeline.events(pre, model, options, api="anthropic", arrived=arrived)
+            prefix = self._ctx.pipeline.prefix_headers(pre)
             if body.stream:
                 return StreamingResponse(
-                    self._stream(encoder, events), media_type="text/event-stream", headers=SSE_HEADERS
+                    self._stream(encoder, events),
+                    media_type="text/event-stream",
+                    headers={**SSE_HEADERS, **prefix},
                 )
             encoder.frames([ev async for batch in events for ev in batch])
             if encoder.finish is None or encoder.finish.reason == "error":
                 raise RequestError("internal", (encoder.finish and encoder.finish.error) or "engine error")
-            return JSONResponse(encoder.message())
+            return JSONResponse(encoder.message(), headers=prefix)
         except RequestError as err:
             status = anthropic_errors.status(err)
             raise
