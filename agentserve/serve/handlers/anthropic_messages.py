@@ -29,6 +29,7 @@ from agentserve.protocol import Conversation, GenerationRequest, PreprocessedReq
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import register_envelope
+from agentserve.serve.hints import with_hints
 from agentserve.serve.http import SSE_HEADERS, parse_body
 from agentserve.serve.pipeline import ParseOptions
 from agentserve.serve.request_id import current_request_id, new_request_id
@@ -109,7 +110,9 @@ class AnthropicMessagesHandler:
                 session_id=request.headers.get("x-claude-code-session-id"),
             )
             gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
+            gen = with_hints(gen, request.headers, body)
             pre = await self._prepare(gen, model)
+            route = await self._ctx.pipeline.admit(pre, gen)  # 529 + retry-after here, not inside a stream
             if not pre.parse_reasoning:
                 # Thinking disabled: still parse the model's reasoning markup (so it never leaks into text), and
                 # drop it in the encoder, as Anthropic returns no thinking blocks then.
@@ -130,7 +133,7 @@ class AnthropicMessagesHandler:
                 parallel_tool_use=anthropic.parallel_tool_use(body),
                 emit_thinking=gen.thinking is not False,
             )
-            events = self._ctx.pipeline.events(pre, model, options, api="anthropic", arrived=arrived)
+            events = self._ctx.pipeline.events(pre, model, options, api="anthropic", arrived=arrived, route=route)
             prefix = self._ctx.pipeline.prefix_headers(pre)
             if body.stream:
                 return StreamingResponse(

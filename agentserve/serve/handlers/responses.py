@@ -19,6 +19,7 @@ from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import StoredResponse
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.context import IngressContext
+from agentserve.serve.hints import with_hints
 from agentserve.serve.http import SSE_HEADERS, parse_body, request_id
 from agentserve.serve.pipeline import ParseOptions
 
@@ -94,8 +95,9 @@ class ResponsesHandler:
                 sealer=self._sealer,
                 count_tokens=lambda text: len(self._ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0,
             )
+            gen = with_hints(decoded.request, request.headers, body)
             try:
-                pre = await self._ctx.pipeline.prepare(decoded.request)
+                pre = await self._ctx.pipeline.prepare(gen)
             except RequestError as err:
                 if body.stream and err.code == "context_length_exceeded":
                     # As OpenAI does: a terminal `response.failed`, which Codex turns into its
@@ -103,14 +105,15 @@ class ResponsesHandler:
                     failed = encoder.failed(err.code, err.message)
                     return StreamingResponse(iter(failed), media_type="text/event-stream", headers=SSE_HEADERS)
                 raise
-            conv = decoded.request.conversation
+            route = await self._ctx.pipeline.admit(pre, gen)  # 503 + retry-after here, not inside a stream
+            conv = gen.conversation
             options = ParseOptions(
                 tools=[t.openai_schema() for t in conv.tools],
                 parse_tool_calls=conv.tool_choice != "none",
                 id_factory=_call_id,
             )
             inputs = history + ([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
-            events = self._ctx.pipeline.events(pre, model, options, api="responses", arrived=arrived)
+            events = self._ctx.pipeline.events(pre, model, options, api="responses", arrived=arrived, route=route)
             headers = self._ctx.pipeline.prefix_headers(pre)  # read before the stream ends
             store = body.store is not False and self._store is not None
             if body.stream:
