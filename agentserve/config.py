@@ -146,6 +146,24 @@ class ResponseStoreSpec(_Strict):
     ttl_s: float = 24 * 3600.0
 
 
+class LimitsSpec(_Strict):
+    """What one request may ask for, and how much one API key may use (serve/limits.py).
+
+    Per-key limits are kept per ingress replica: with N ingress replicas a key may use up to N times as much.
+    """
+
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)  # as sent (compressed or not)
+    max_decompressed_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    max_messages: int = Field(default=10_000, ge=1)  # messages / input items
+    max_tools: int = Field(default=1_024, ge=0)
+    max_string_chars: int = Field(default=16 * 1024 * 1024, ge=1)  # any one JSON string in the body
+    max_json_depth: int = Field(default=64, ge=2)  # nesting of the whole body (tool schemas included)
+    max_tool_schema_depth: int = Field(default=32, ge=1)  # nesting inside one tool's input schema
+    max_concurrent_per_key: int | None = Field(default=None, ge=1)  # generation requests in flight
+    requests_per_minute_per_key: float | None = Field(default=None, gt=0)  # generation requests (token bucket)
+    burst_per_key: int | None = Field(default=None, ge=1)  # bucket size; None: a minute's worth
+
+
 class ServeArgs(_Strict):
     model: ModelSpec = ModelSpec()
     engine: EngineSpec = EngineSpec()
@@ -164,6 +182,17 @@ class ServeArgs(_Strict):
     strip_anthropic_preamble: bool = True
     # Anthropic streams send `ping` when no event has gone out for this long (long prefills, long gaps).
     keepalive_interval_s: float = Field(default=5.0, gt=0)
+    # API keys as sha256 hex digests (never the keys themselves); AGENTSERVE_API_KEYS adds plain keys (comma
+    # separated) that build_app hashes. Empty: no authentication. See serve/auth.py.
+    api_keys: tuple[str, ...] = ()
+    limits: LimitsSpec = LimitsSpec()
+
+    @model_validator(mode="after")
+    def _keys_are_digests(self) -> "ServeArgs":
+        bad = [k for k in self.api_keys if len(k) != 64 or any(c not in "0123456789abcdef" for c in k)]
+        if bad:
+            raise ValueError("api_keys holds sha256 hex digests of the keys (hashlib.sha256(key.encode()).hexdigest()), not keys")
+        return self
 
     @classmethod
     def from_any(cls, args: "ServeArgs | dict[str, Any] | None") -> "ServeArgs":

@@ -8,6 +8,7 @@ from typing import Any
 
 from agentserve.config import ModelSpec
 from agentserve.preprocess.block_hash import block_hashes
+from agentserve.preprocess.literal_text import LiteralGuard
 from agentserve.preprocess.render import plan_messages
 from agentserve.preprocess.replay import policy_for
 from agentserve.preprocess.template_caps import inspect_template
@@ -41,6 +42,7 @@ class Preprocessor:
         self._block_size = block_size
         self._policy = policy_for(model.reasoning_parser, model.replay_family)
         self._caps = inspect_template(self._tok.chat_template or "")
+        self._literals = LiteralGuard(self._tok)  # special-token text in user content stays text
 
     def template_kwargs(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
         """Thinking on by default where the model reasons; never override what the client set."""
@@ -63,9 +65,10 @@ class Preprocessor:
     ) -> RenderedPrompt:
         tools = [t.openai_schema() for t in conversation.tools] or None
         plan = plan_messages(conversation, self._policy, self._caps)
+        messages, tools, shield = self._literals.shield(plan.messages, tools)
         try:
             text = self._tok.apply_chat_template(
-                plan.messages,
+                messages,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 tokenize=False,
@@ -75,7 +78,8 @@ class Preprocessor:
             raise
         except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
             raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
-        return RenderedPrompt(text, self._tok.encode(text, add_special_tokens=False), plan.reordered_turns)
+        ids = self._literals.encode(text, shield)
+        return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns)
 
     def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:
         prompt = self.render(request.conversation, request.template_kwargs, thinking=request.thinking)

@@ -8,6 +8,7 @@ from typing import Any
 from ray.serve import Application
 
 from agentserve.config import ServeArgs
+from agentserve.serve.auth import keys_from_env
 from agentserve.serve.engine import EngineReplica
 from agentserve.serve.ingress import Ingress
 from agentserve.serve.preprocessor import PreprocessorReplica
@@ -20,6 +21,9 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     parsed = ServeArgs.from_any(args)
     if parsed.secret_key is None:
         parsed = parsed.model_copy(update={"secret_key": secrets.token_hex(32)})
+    env_keys = keys_from_env()  # AGENTSERVE_API_KEYS: plain keys, only their digests go into the config
+    if env_keys:
+        parsed = parsed.model_copy(update={"api_keys": tuple(dict.fromkeys((*parsed.api_keys, *env_keys)))})
     config = parsed.model_dump(mode="json")
     router = RouterReplica.bind(config)
     engine_dep = EngineReplica

@@ -14,18 +14,22 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentserve import metrics
-from agentserve.apis import chat_completions, codex_models
+from agentserve.apis import anthropic, chat_completions, codex_models, responses
 from agentserve.apis.models import Catalog
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest, detokenize_body, tokenize_body
 from agentserve.config import ServeArgs
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol.errors import RequestError
+from agentserve.serve import openapi
+from agentserve.serve.auth import AuthMiddleware, KeySet, current_identity
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import error_response
 from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
 from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
 from agentserve.serve.handlers.responses import ResponsesHandler
+from agentserve.serve.faults import ErrorBoundaryMiddleware
 from agentserve.serve.http import describe_validation, parse_body
+from agentserve.serve.limits import LIMITS, KeyLimiter, KeyLimitsMiddleware
 from agentserve.serve.pipeline import Pipeline
 from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.request_id import RequestIdMiddleware
@@ -33,7 +37,25 @@ from agentserve.serve.request_id import RequestIdMiddleware
 logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="agentserve", docs_url=None, redoc_url=None)
+API_KEYS = KeySet()  # filled by Ingress.__init__ (middleware is built before the replica knows its config)
+# Outermost last: request-id -> error boundary -> auth -> per-key limits -> routes.
+app.add_middleware(KeyLimitsMiddleware, limiter=KeyLimiter(LIMITS), identity=current_identity)
+app.add_middleware(AuthMiddleware, keys=API_KEYS)
+app.add_middleware(ErrorBoundaryMiddleware)
 app.add_middleware(RequestIdMiddleware)  # `request-id` on every response
+openapi.install(
+    app,
+    {
+        ("/v1/chat/completions", "post"): ("Chat", chat_completions.ChatCompletionRequest),
+        ("/v1/responses", "post"): ("Responses", responses.ResponsesRequest),
+        ("/v1/messages", "post"): ("Anthropic", anthropic.MessagesRequest),
+        ("/v1/messages/count_tokens", "post"): ("AnthropicCount", anthropic.CountTokensRequest),
+        ("/tokenize", "post"): ("Tokenize", TokenizeRequest),
+        ("/v1/tokenize", "post"): ("Tokenize", TokenizeRequest),
+        ("/detokenize", "post"): ("Detokenize", DetokenizeRequest),
+        ("/v1/detokenize", "post"): ("Detokenize", DetokenizeRequest),
+    },
+)
 
 
 @app.exception_handler(RequestError)
@@ -62,7 +84,8 @@ async def _unexpected(request: Request, err: Exception) -> JSONResponse:
     )
 
 
-@serve.deployment(name="Ingress", max_ongoing_requests=2048)
+# Bounded queue in front of the ingress (Serve answers 503 past it); in-flight streams get a minute to drain.
+@serve.deployment(name="Ingress", max_ongoing_requests=2048, max_queued_requests=1024, graceful_shutdown_timeout_s=60)
 @serve.ingress(app)
 class Ingress:
     def __init__(
@@ -74,6 +97,8 @@ class Ingress:
         response_store: DeploymentHandle | None = None,
     ) -> None:
         config = ServeArgs.from_any(args)
+        API_KEYS.replace(config.api_keys)
+        LIMITS.replace(config.limits)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
         tokenizer = load_tokenizer(str(config.model.resolve_path()))
         self._ctx = IngressContext(

@@ -80,7 +80,7 @@ def test_parallel_off_keeps_the_first_call_and_stop_reasons():
     assert e3.stop_reason() == "max_tokens"
     e4 = encoder()
     frames = e4.frames([TextDelta("a"), Finish("error", "boom")])
-    assert frames[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": "boom"}})
+    assert frames[-1] == ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "boom"}})
 
 
 def _handler(interval: float) -> AnthropicMessagesHandler:

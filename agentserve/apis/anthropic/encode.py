@@ -198,8 +198,8 @@ class MessageEncoder:
             elif isinstance(ev, Finish):
                 self.finish = ev
                 self._close_block(out)
-                if ev.reason == "error":
-                    out.append(error_frame("api_error", ev.error or "engine error"))
+                if ev.reason == "error":  # the engine (replica) failed mid-stream: retryable, as Anthropic's overload
+                    out.append(error_frame("overloaded_error", ev.error or "engine error"))
                 else:
                     out.append(self._message_delta())
                     out.append(("message_stop", {"type": "message_stop"}))

@@ -52,7 +52,7 @@ class ChatCompletionsHandler:
             collected = [ev async for batch in events for ev in batch]
             result = encoder.response(collected)
             if encoder.finish is not None and encoder.finish.reason == "error":
-                raise RequestError("internal", encoder.finish.error or "engine error")
+                raise RequestError("overloaded", encoder.finish.error or "engine error", retry_after=1.0)  # retryable
             missing = encoder.missing_required_call()
             if missing:
                 raise RequestError("internal", missing, code="tool_call_missing")

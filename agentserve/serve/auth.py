@@ -1,0 +1,108 @@
+"""API-key authentication for every route but `/health`, as pure ASGI middleware.
+
+Keys are held only as sha256 hex digests (ServeArgs.api_keys; AGENTSERVE_API_KEYS adds plain keys that
+`keys_from_env` hashes when the app is built). A request presents its key as `Authorization: Bearer KEY`
+(OpenAI SDKs, Codex) or `x-api-key: KEY` (Anthropic SDKs, Claude Code). Rejection happens before the body is
+read, in the envelope of the API the path belongs to (401 `authentication_error`). The caller's identity
+(the key's digest) is what per-key limits and the Responses store are scoped by (`current_identity`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import hmac
+import os
+from typing import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agentserve.protocol.errors import RequestError
+from agentserve.serve.errors import error_response
+
+ENV_VAR = "AGENTSERVE_API_KEYS"
+OPEN_PATHS = frozenset({"/health", "/-/healthz", "/-/routes"})  # load balancer and Serve probes
+
+_IDENTITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentserve_identity", default=None)
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def keys_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """Digests of the plain keys in AGENTSERVE_API_KEYS (comma separated)."""
+    raw = (environ if environ is not None else os.environ).get(ENV_VAR, "")
+    return tuple(hash_key(k.strip()) for k in raw.split(",") if k.strip())
+
+
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The key from `x-api-key`, else from `Authorization: Bearer`."""
+    bearer = None
+    for name, value in headers:
+        name = name.lower()
+        if name == b"x-api-key" and value.strip():
+            return value.decode("latin-1").strip()
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                bearer = token.strip()
+    return bearer
+
+
+def identity_of(key: str | None) -> str:
+    """What a caller is known by: its key's digest (or the digest of nothing without a key)."""
+    return hash_key(key or "")
+
+
+def current_identity() -> str | None:
+    """The authenticated (or, without configured keys, presented) key digest of the current request."""
+    return _IDENTITY.get()
+
+
+class KeySet:
+    """The accepted key digests; filled once the ingress knows its config (the middleware exists before)."""
+
+    def __init__(self, digests: Iterable[str] = ()) -> None:
+        self._digests = tuple(sorted(set(digests)))
+
+    def replace(self, digests: Iterable[str]) -> None:
+        self._digests = tuple(sorted(set(digests)))
+
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def accepts(self, key: str | None) -> bool:
+        if key is None:
+            return False
+        digest = hash_key(key).encode()
+        ok = False
+        for d in self._digests:  # compare against every digest: the time taken says nothing about which
+            ok |= hmac.compare_digest(digest, d.encode())
+        return ok
+
+
+class AuthMiddleware:
+    """401 unless a configured key is presented; sets `current_identity()` for the rest of the request."""
+
+    def __init__(self, app: ASGIApp, keys: KeySet | None = None) -> None:
+        self.app = app
+        self.keys = keys or KeySet(())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        key = presented_key(scope.get("headers", []))
+        path = scope.get("path", "")
+        if self.keys and path not in OPEN_PATHS and not self.keys.accepts(key):
+            message = "invalid API key" if key is not None else "missing API key (x-api-key or Authorization: Bearer)"
+            resp = error_response(path, RequestError("authentication", message))
+            resp.headers["www-authenticate"] = "Bearer"
+            await resp(scope, receive, send)
+            return
+        token = _IDENTITY.set(identity_of(key))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _IDENTITY.reset(token)
