@@ -142,8 +142,10 @@ class AnthropicMessagesHandler:
                     headers={**SSE_HEADERS, **prefix},
                 )
             encoder.frames([ev async for batch in events for ev in batch])
-            if encoder.finish is None or encoder.finish.reason == "error":
-                raise RequestError("internal", (encoder.finish and encoder.finish.error) or "engine error")
+            if encoder.finish is None or encoder.finish.reason == "error":  # the engine replica failed: retryable
+                raise RequestError(
+                    "overloaded", (encoder.finish and encoder.finish.error) or "engine error", retry_after=1.0
+                )
             return JSONResponse(encoder.message(), headers=prefix)
         except RequestError as err:
             status = anthropic_errors.status(err)
@@ -201,6 +203,10 @@ class AnthropicMessagesHandler:
             gone.set()
             if getter is not None:
                 getter.cancel()
+            if encoder.finish is None and not task.done():
+                # The client left (or the stream broke) before the end: abort now, not at the next batch,
+                # which during a long prefill may be many seconds away.
+                task.cancel()
 
     # -- POST /v1/messages/count_tokens ---------------------------------------------------------
     async def count_tokens(self, request: Request) -> Response:

@@ -18,6 +18,7 @@ from agentserve.apis import responses
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import StoredResponse
 from agentserve.protocol.errors import RequestError
+from agentserve.serve.auth import current_identity
 from agentserve.serve.context import IngressContext
 from agentserve.serve.hints import with_hints
 from agentserve.serve.http import SSE_HEADERS, parse_body, request_id
@@ -29,7 +30,11 @@ _ITEMS = TypeAdapter(list[responses.InputItem])
 
 
 def owner_of(request: Request) -> str:
-    """Stored responses are scoped to the caller's API key (hashed; the key itself is never kept)."""
+    """Stored responses are scoped to the caller's API key (hashed; the key itself is never kept): the
+    identity the auth middleware established, so `Bearer K` and `x-api-key: K` are the same owner."""
+    identity = current_identity()
+    if identity is not None:
+        return identity
     key = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -124,7 +129,7 @@ class ResponsesHandler:
                 )
             result = encoder.response([ev async for batch in events for ev in batch])
             if encoder.status == "failed":
-                raise RequestError("internal", (encoder.error or {}).get("message", "engine error"))
+                raise RequestError("overloaded", (encoder.error or {}).get("message", "engine error"), retry_after=1.0)
             if store:
                 await self._save(encoder, inputs, owner)
             return JSONResponse(result, headers=headers)
