@@ -42,15 +42,17 @@ WEATHER_TOOL = {
 }
 
 
+GRAPH_ARGS = {
+    "engine": {"kind": "scripted", "block_size": 16, "rules": RULES},
+    "enable_streaming_tool_dispatch": True,
+    "keepalive_interval_s": 0.1,  # Anthropic pings; the AS_KEEPALIVE rule's 150 ms gaps exceed it
+    "model": {"aliases": ["smollm2", "smollm2-135m-instruct", "claude-smollm2"]},
+}
+
+
 @pytest.fixture(scope="module")
 def graph_url(model_path) -> Iterator[str]:
-    args = {
-        "engine": {"kind": "scripted", "block_size": 16, "rules": RULES},
-        "enable_streaming_tool_dispatch": True,
-        "keepalive_interval_s": 0.1,  # Anthropic pings; the AS_KEEPALIVE rule's 150 ms gaps exceed it
-        "model": {"aliases": ["smollm2", "smollm2-135m-instruct", "claude-smollm2"]},
-    }
-    with running_graph(args) as url:
+    with running_graph(GRAPH_ARGS) as url:
         yield url
 
 

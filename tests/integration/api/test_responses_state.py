@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.integration.responses.test_responses_events import SHELL_TOOL, codex_turn
+from tests.integration.api.test_responses_events import SHELL_TOOL, codex_turn
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 import zstandard
 
-from tests.integration.responses.test_responses_events import codex_turn, raw_stream
+from tests.integration.api.test_responses_events import codex_turn, raw_stream
 
 pytestmark = pytest.mark.integration
 
