@@ -82,12 +82,25 @@ class KeySet:
         return ok
 
 
+_ACTIVE = KeySet()
+
+
+def configure(digests: Iterable[str]) -> None:
+    """Set this process's accepted keys. A function on purpose: Serve pickles the ingress class and its app by
+    value, so objects it references are copies; module state reached through this module is not."""
+    _ACTIVE.replace(digests)
+
+
 class AuthMiddleware:
     """401 unless a configured key is presented; sets `current_identity()` for the rest of the request."""
 
     def __init__(self, app: ASGIApp, keys: KeySet | None = None) -> None:
         self.app = app
-        self.keys = keys or KeySet(())
+        self._keys = keys  # tests pass their own; the ingress uses configure()
+
+    @property
+    def keys(self) -> KeySet:
+        return self._keys if self._keys is not None else _ACTIVE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.compression import decode_body
-from agentserve.serve.limits import LIMITS, check_body, read_body
+from agentserve.serve import limits
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -27,14 +27,14 @@ def describe_validation(errors: list[Any]) -> str:
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
-    spec = LIMITS.spec
-    raw = await read_body(request, spec.max_body_bytes)
+    spec = limits.current()
+    raw = await limits.read_body(request, spec.max_body_bytes)
     raw = decode_body(raw, request.headers.get("content-encoding"), spec.max_decompressed_bytes)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RequestError("invalid_request", f"request body is not valid JSON: {exc}") from exc
-    check_body(data, spec)
+    limits.check_body(data, spec)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

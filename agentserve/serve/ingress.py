@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -21,7 +22,8 @@ from agentserve.config import ServeArgs
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol.errors import RequestError
 from agentserve.serve import openapi
-from agentserve.serve.auth import AuthMiddleware, KeySet, current_identity
+from agentserve.serve import auth, limits
+from agentserve.serve.auth import AuthMiddleware
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import error_response
 from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
@@ -29,7 +31,7 @@ from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
 from agentserve.serve.handlers.responses import ResponsesHandler
 from agentserve.serve.faults import ErrorBoundaryMiddleware
 from agentserve.serve.http import describe_validation, parse_body
-from agentserve.serve.limits import LIMITS, KeyLimiter, KeyLimitsMiddleware
+from agentserve.serve.limits import KeyLimitsMiddleware
 from agentserve.serve.pipeline import Pipeline
 from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.request_id import RequestIdMiddleware
@@ -37,10 +39,10 @@ from agentserve.serve.request_id import RequestIdMiddleware
 logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="agentserve", docs_url=None, redoc_url=None)
-API_KEYS = KeySet()  # filled by Ingress.__init__ (middleware is built before the replica knows its config)
-# Outermost last: request-id -> error boundary -> auth -> per-key limits -> routes.
-app.add_middleware(KeyLimitsMiddleware, limiter=KeyLimiter(LIMITS), identity=current_identity)
-app.add_middleware(AuthMiddleware, keys=API_KEYS)
+# Outermost last: request-id -> error boundary -> auth -> per-key limits -> routes. Keys and limits are
+# configured by Ingress.__init__ (auth.configure, limits.configure), after the app is built.
+app.add_middleware(KeyLimitsMiddleware)
+app.add_middleware(AuthMiddleware)
 app.add_middleware(ErrorBoundaryMiddleware)
 app.add_middleware(RequestIdMiddleware)  # `request-id` on every response
 openapi.install(
@@ -97,8 +99,8 @@ class Ingress:
         response_store: DeploymentHandle | None = None,
     ) -> None:
         config = ServeArgs.from_any(args)
-        API_KEYS.replace(config.api_keys)
-        LIMITS.replace(config.limits)
+        auth.configure(config.api_keys)
+        limits.configure(config.limits)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
         tokenizer = load_tokenizer(str(config.model.resolve_path()))
         self._ctx = IngressContext(
@@ -171,9 +173,12 @@ class Ingress:
         if body.prompt is not None:
             tokens = await self._ctx.preprocessor.tokenize_text.remote(body.prompt, body.add_special_tokens)
         else:
-            chat = chat_completions.ChatCompletionRequest.model_validate(
-                {"model": model.id, "messages": body.messages, "tools": body.tools}
-            )
+            try:
+                chat = chat_completions.ChatCompletionRequest.model_validate(
+                    {"model": model.id, "messages": body.messages, "tools": body.tools}
+                )
+            except ValidationError as exc:  # neither `prompt` nor valid `messages`
+                raise RequestError("invalid_request", describe_validation(exc.errors())) from exc
             gen = chat_completions.decode(chat, request_id="tokenize", model=model.id)
             tokens = await self._ctx.preprocessor.render_tokens.remote(
                 gen.conversation, dict(body.chat_template_kwargs or {}), body.add_generation_prompt

@@ -38,6 +38,15 @@ class Limits:
 LIMITS = Limits()
 
 
+def configure(spec: LimitsSpec) -> None:
+    """Set this process's limits (a function, not an object the ingress holds: see auth.configure)."""
+    LIMITS.replace(spec)
+
+
+def current() -> LimitsSpec:
+    return LIMITS.spec
+
+
 # -- body size and shape ----------------------------------------------------------------------------------
 async def read_body(request: Request, cap: int) -> bytes:
     """The raw body, refused (413) as soon as it passes `cap` bytes rather than after buffering it all."""
@@ -124,8 +133,8 @@ class _Usage:
 class KeyLimiter:
     """Per-identity in-flight count and token bucket; `acquire` raises 429 instead of waiting."""
 
-    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
-        self._limits = limits
+    def __init__(self, limits: Limits | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limits = limits if limits is not None else LIMITS
         self._clock = clock
         self._usage: dict[str, _Usage] = {}
 
@@ -185,10 +194,12 @@ class KeyLimiter:
 class KeyLimitsMiddleware:
     """Per-key limits on generation POSTs; the slot is held until the response (stream included) ends."""
 
-    def __init__(self, app: ASGIApp, limiter: KeyLimiter, identity: Callable[[], str | None]) -> None:
+    def __init__(self, app: ASGIApp, limiter: KeyLimiter | None = None, identity: Callable[[], str | None] | None = None) -> None:
+        from agentserve.serve.auth import current_identity
+
         self.app = app
-        self.limiter = limiter
-        self.identity = identity
+        self.limiter = limiter or KeyLimiter()  # reads the module's LIMITS when called, set by configure()
+        self.identity = identity or current_identity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
