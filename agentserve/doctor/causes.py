@@ -84,13 +84,17 @@ def attribute(
             return "system_prompt_changed"
         if act_text.startswith(exp_text[: len(decode(d.expected[: d.prompt_len]))]):
             return "retokenization"
+        # An earlier assistant turn lost (or moved) its reasoning: a proxy trimming old thinking.
+        tail_exp, tail_act = _tails(head, exp_text, act_text)
+        if tail_exp.lstrip().startswith(_THINK_OPENERS) and not tail_act.lstrip().startswith(_THINK_OPENERS):
+            spans = _reasoning_spans(tail_exp)
+            return "reasoning_reordered" if spans and spans[0] and spans[0] in tail_act else "reasoning_dropped"
         return "history_changed"
     # The divergence is inside what the model generated last turn.
     output_text = decode(d.expected[d.prompt_len :])
     if act_text.startswith(exp_text):
         return "retokenization"
-    tail_exp = exp_text[len(head) :]
-    tail_act = act_text[len(head) :]
+    tail_exp, tail_act = _tails(head, exp_text, act_text)
     if tail_exp.lstrip().startswith(_THINK_OPENERS) and not tail_act.lstrip().startswith(_THINK_OPENERS):
         reasoning = _reasoning_spans(output_text)
         if reasoning and any(r and r in act_text for r in reasoning):
@@ -102,6 +106,12 @@ def attribute(
     if reasoning and len(reasoning) > 1:
         return "reasoning_reordered"
     return "history_changed"
+
+
+def _tails(head: str, exp_text: str, act_text: str) -> tuple[str, str]:
+    """Both texts from the start of the line where they part (a marker may straddle the divergent token)."""
+    start = head.rfind("\n") + 1
+    return exp_text[start:], act_text[start:]
 
 
 def _reasoning_spans(text: str) -> list[str]:

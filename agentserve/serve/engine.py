@@ -159,9 +159,14 @@ class EngineReplica:
         }
 
     async def __del__(self) -> None:
-        self._heartbeat.cancel()
-        try:  # leave the router's index now rather than after the heartbeat timeout
-            await asyncio.wait_for(self._router.deregister.remote(self._replica_id), timeout=2)
-        except Exception:
-            pass
-        await self._engine.shutdown()
+        # Start-up may have failed part way (e.g. an engine config vLLM rejects): clean up what exists.
+        heartbeat = getattr(self, "_heartbeat", None)
+        if heartbeat is not None:
+            heartbeat.cancel()
+            try:  # leave the router's index now rather than after the heartbeat timeout
+                await asyncio.wait_for(self._router.deregister.remote(self._replica_id), timeout=2)
+            except Exception:
+                pass
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            await engine.shutdown()

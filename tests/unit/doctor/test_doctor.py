@@ -179,3 +179,16 @@ def test_cli_reports_each_turn(tmp_path, pre, tok, capsys):
     out = capsys.readouterr().out
     assert "reasoning_dropped" in out and "(first turn)" in out
     assert code == 2  # a turn reused less than 98% of the previous one
+
+
+def test_reasoning_dropped_from_an_older_turn(pre, tok):
+    """A proxy that trims old thinking: the divergence is inside the previous prompt, not its output."""
+    older = Turn(role="assistant", blocks=(REASON, CALL))
+    turn_n = _conv("You are a coding agent.", [USER, older, RESULT, Turn(role="user", blocks=(TextBlock(text="go on"),))])
+    trimmed = _conv(
+        "You are a coding agent.",
+        [USER, Turn(role="assistant", blocks=(CALL,)), RESULT, Turn(role="user", blocks=(TextBlock(text="go on"),)),
+         Turn(role="assistant", blocks=(TextBlock(text="Done."),)), Turn(role="user", blocks=(TextBlock(text="thanks"),))],
+    )
+    r = _report(pre, tok, turn_n, trimmed, output="Done.")
+    assert r.cause == "reasoning_dropped"
