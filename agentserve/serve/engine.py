@@ -148,7 +148,8 @@ class EngineReplica:
     def replica_id(self) -> str:
         return self._replica_id
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, route: RouteDecision | None = None) -> dict[str, Any]:
+        """`route` pins the call to one replica (PinnedReplicaRouter), so each replica can be asked."""
         s = self._engine.stats()
         return {
             "replica_id": self._replica_id,
