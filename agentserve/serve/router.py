@@ -46,7 +46,8 @@ def router_config(args: ServeArgs) -> RouterConfig:
     )
 
 
-@serve.deployment(name="Router", num_replicas=1, max_ongoing_requests=4096)
+# Access logs off: every engine replica heartbeats here every few seconds.
+@serve.deployment(name="Router", num_replicas=1, max_ongoing_requests=4096, logging_config={"enable_access_log": False})
 class RouterReplica:
     def __init__(self, args: dict[str, Any]) -> None:
         self._args = ServeArgs.from_any(args)
