@@ -180,6 +180,9 @@ class ServeArgs(_Strict):
     # Remove Claude Code's per-session `x-anthropic-billing-header: ...` text from system prompts before
     # tokenizing (it would otherwise defeat the prefix cache on every new session).
     strip_anthropic_preamble: bool = True
+    # Render tool definitions in name order whatever order the client sent (preprocess/normalize.py). Off by
+    # default: it changes the prompt the model sees; scripts/bench_normalize.py measures what it saves.
+    normalize_sort_tools: bool = False
     # Anthropic streams send `ping` when no event has gone out for this long (long prefills, long gaps).
     keepalive_interval_s: float = Field(default=5.0, gt=0)
     # API keys as sha256 hex digests (never the keys themselves); AGENTSERVE_API_KEYS adds plain keys (comma

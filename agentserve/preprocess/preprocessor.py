@@ -9,6 +9,7 @@ from typing import Any
 from agentserve.config import ModelSpec
 from agentserve.preprocess.block_hash import block_hashes
 from agentserve.preprocess.literal_text import LiteralGuard
+from agentserve.preprocess.normalize import sort_tools
 from agentserve.preprocess.render import plan_messages
 from agentserve.preprocess.replay import policy_for
 from agentserve.preprocess.template_caps import inspect_template
@@ -36,8 +37,9 @@ def session_key(request: GenerationRequest) -> str:
 
 
 class Preprocessor:
-    def __init__(self, model: ModelSpec, model_path: str, block_size: int) -> None:
+    def __init__(self, model: ModelSpec, model_path: str, block_size: int, *, sort_tools: bool = False) -> None:
         self._model = model
+        self._sort_tools = sort_tools
         self._tok = load_tokenizer(model_path)
         self._block_size = block_size
         self._policy = policy_for(model.reasoning_parser, model.replay_family)
@@ -63,6 +65,8 @@ class Preprocessor:
         add_generation_prompt: bool = True,
         thinking: bool | None = None,
     ) -> RenderedPrompt:
+        if self._sort_tools:
+            conversation = sort_tools(conversation)
         tools = [t.openai_schema() for t in conversation.tools] or None
         plan = plan_messages(conversation, self._policy, self._caps)
         messages, tools, shield = self._literals.shield(plan.messages, tools)

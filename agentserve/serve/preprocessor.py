@@ -17,7 +17,9 @@ class PreprocessorReplica:
     def __init__(self, args: dict[str, Any]) -> None:
         a = ServeArgs.from_any(args)
         start_export()  # this process's agentserve metrics -> Ray's metrics agent
-        self._pre = Preprocessor(a.model, str(a.model.resolve_path()), a.engine.block_size)
+        self._pre = Preprocessor(
+            a.model, str(a.model.resolve_path()), a.engine.block_size, sort_tools=a.normalize_sort_tools
+        )
 
     def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:
         return self._pre.preprocess(request)
