@@ -104,7 +104,7 @@ def test_disconnect_mid_stream_aborts_the_engine_request(url, api):
 
 @pytest.mark.parametrize("api", ["anthropic", "chat"])
 def test_disconnect_during_prefill_aborts_the_engine_request(url, api):
-    long_prompt = f"slow prefill {api} " + " ".join(f"w{i}" for i in range(2000))  # about 4 s of prefill
+    long_prompt = f"slow prefill {api} " + " ".join(f"w{i}" for i in range(1000))  # ~3,900 tokens: ~8 s of prefill
     path, body = request(api, long_prompt, system="short")
     wait_for(lambda: engine_active() == 0)
 
@@ -114,7 +114,10 @@ def test_disconnect_during_prefill_aborts_the_engine_request(url, api):
             await asyncio.sleep(0)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and await asyncio.to_thread(engine_active) == 0:
+                assert not task.done(), task.result().text
                 await asyncio.sleep(0.05)
+            assert await asyncio.to_thread(engine_active) == 1 and not task.done()
+            await asyncio.sleep(0.5)
             task.cancel()  # mid-prefill: no token has been generated yet
             await asyncio.gather(task, return_exceptions=True)
 
