@@ -71,9 +71,7 @@ class ChatEncoder:
             self._reasoning.append(ev.text)
         elif isinstance(ev, ToolCallStart):
             self._calls[ev.index] = {"id": ev.id, "name": ev.name, "arguments": "", "done": False}
-        elif isinstance(ev, ToolCallArgsDelta):
-            self._calls[ev.index]["arguments"] += ev.fragment
-        elif isinstance(ev, ToolCallEnd):
+        elif isinstance(ev, ToolCallEnd):  # carries the whole arguments text: no need to join the fragments
             call = self._calls[ev.index]
             call["arguments"], call["done"] = ev.arguments, True
         elif isinstance(ev, Usage):
