@@ -15,9 +15,9 @@ from typing import AsyncIterator
 
 from agentserve.config import EngineSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats
+from agentserve.kv_events.format import BlockRemoved, BlockStored
+from agentserve.kv_events.publisher import KvEventPublisher
 from agentserve.protocol import EngineDelta, PreprocessedRequest
-from agentserve.routing.kv_events import BlockRemoved, BlockStored
-from agentserve.routing.kv_publisher import KvEventPublisher
 
 
 def load_rules(spec: EngineSpec) -> tuple[ScriptRule, ...]:

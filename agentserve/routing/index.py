@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentserve.kv_events.format import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from agentserve.preprocess.block_hash import ROOT, chain_digests, digest_value
-from agentserve.routing.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 
 
 class PrefixIndex:

@@ -19,7 +19,7 @@ from agentserve.routing.admission import AdmissionQueue
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import Candidate, Choice, CostConfig, choose, request_blocks
 from agentserve.routing.index import ApplyStats, EventIndex
-from agentserve.routing.kv_events import KvEvent
+from agentserve.kv_events.format import KvEvent
 from agentserve.routing.load import LoadTracker, ReplicaLoad
 
 Mode = Literal["kv", "approx", "least_loaded", "round_robin"]

@@ -20,7 +20,7 @@ from typing import Union
 import msgspec
 import zmq
 
-from agentserve.routing.kv_events import END_SEQ, KvEvent, decode_batch, seq_bytes, seq_value
+from agentserve.kv_events.format import END_SEQ, KvEvent, decode_batch, seq_bytes, seq_value
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from agentserve.preprocess.block_hash import block_hashes
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.index import EventIndex, PrefixIndex
-from agentserve.routing.kv_events import (
+from agentserve.kv_events.format import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
+from agentserve.kv_events.format import BlockStored
 from agentserve.preprocess.block_hash import block_hashes
 from agentserve.protocol import AgentHints, PreprocessedRequest, SamplingParams
 from agentserve.protocol.errors import RequestError
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import KvRouter, RouterConfig
-from agentserve.routing.kv_events import BlockStored
 
 BS = 4
 

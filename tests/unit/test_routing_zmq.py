@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from agentserve.routing.kv_events import AllBlocksCleared, BlockRemoved
-from agentserve.routing.kv_publisher import KvEventPublisher
+from agentserve.kv_events.format import AllBlocksCleared, BlockRemoved
+from agentserve.kv_events.publisher import KvEventPublisher
 from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset, _Sub
 
 
@@ -40,7 +40,7 @@ def test_gap_without_replay_and_restart_reset_the_replica():
     sub = KvEventSubscriber()
     try:
         s = _Sub("a", "tcp://unused", None, socket=None)  # type: ignore[arg-type]
-        from agentserve.routing.kv_events import EventBatch, encode_batch
+        from agentserve.kv_events.format import EventBatch, encode_batch
 
         payload = encode_batch(EventBatch(ts=0.0, events=[AllBlocksCleared()]))
         sub._on_batch(s, 0, payload)

@@ -14,7 +14,7 @@ from collections import deque
 
 import zmq
 
-from agentserve.routing.kv_events import END_SEQ, EventBatch, KvEvent, encode_batch, seq_bytes, seq_value
+from agentserve.kv_events.format import END_SEQ, EventBatch, KvEvent, encode_batch, seq_bytes, seq_value
 
 
 class KvEventPublisher:
