@@ -1,21 +1,20 @@
 """A deterministic engine for protocol tests and scale benchmarks.
 
-It replays scripted raw model output through the real tokenizer, token by token, and models a
-block prefix cache (LRU over chained block hashes, prefill cost per uncached token) so that
-`num_cached_tokens` behaves as vLLM reports it. It stands in for the engine only.
+It replays scripted raw model output through the real tokenizer, token by token, and models vLLM's
+block prefix cache (engines/scripted_cache.py: prompt and generated blocks, LRU, prefill cost per
+uncached token) so that `num_cached_tokens` and KV events behave as vLLM's. It stands in for the engine only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
 from pathlib import Path
 from typing import AsyncIterator
 
 from agentserve.config import EngineSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats
-from agentserve.kv_events.format import BlockRemoved, BlockStored
+from agentserve.engines.scripted_cache import PrefixCache
 from agentserve.kv_events.publisher import KvEventPublisher
 from agentserve.protocol import EngineDelta, PreprocessedRequest
 
@@ -28,44 +27,6 @@ def load_rules(spec: EngineSpec) -> tuple[ScriptRule, ...]:
     return tuple(ScriptRule.model_validate(r) for r in raw)
 
 
-class BlockCache:
-    """LRU set of prefix blocks, keyed by chained block hash."""
-
-    def __init__(self, capacity_blocks: int) -> None:
-        self._capacity = capacity_blocks
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._blocks)
-
-    def hit_blocks(self, block_hashes: list[int], usable: int) -> int:
-        hits = 0
-        for h in block_hashes[:usable]:
-            if h not in self._blocks:
-                break
-            self._blocks.move_to_end(h)
-            hits += 1
-        return hits
-
-    def store(self, block_hashes: list[int]) -> tuple[list[int], list[int]]:
-        """Store a prompt's blocks; returns (positions newly stored, hashes evicted).
-
-        Blocks are touched tail-first so the head of a prefix stays most recent: like vLLM, which
-        frees a finished request's blocks in reverse, eviction takes a prompt's tail before its head.
-        """
-        new: list[int] = []
-        for i in range(len(block_hashes) - 1, -1, -1):
-            h = block_hashes[i]
-            if h not in self._blocks:
-                new.append(i)
-            self._blocks[h] = None
-            self._blocks.move_to_end(h)
-        evicted = []
-        while len(self._blocks) > self._capacity:
-            evicted.append(self._blocks.popitem(last=False)[0])
-        return sorted(new), evicted
-
-
 class ScriptedEngine:
     def __init__(
         self,
@@ -74,14 +35,13 @@ class ScriptedEngine:
         eos_token_id: int | None,
         block_size: int,
         cache: ScriptedCache,
-        publisher: "KvEventPublisher | None" = None,
+        publisher: KvEventPublisher | None = None,
     ) -> None:
         self._rules = rules
         self._encode = encode
         self._eos = eos_token_id
-        self._block_size = block_size
         self._cache_spec = cache
-        self._cache = BlockCache(cache.capacity_blocks)
+        self._cache = PrefixCache(cache.capacity_blocks, block_size, publisher.publish if publisher else None)
         self._active = 0
         self._started = 0
         self._aborted = 0
@@ -115,34 +75,6 @@ class ScriptedEngine:
         p = self._publisher
         return (p.port, p.replay_port) if p is not None else None
 
-    def _publish_store(self, request: PreprocessedRequest) -> None:
-        new, evicted = self._cache.store(request.block_hashes)
-        if self._publisher is None:
-            return
-        events: list = []
-        if evicted:
-            events.append(BlockRemoved(block_hashes=evicted, medium="GPU"))
-        hashes, bs = request.block_hashes, self._block_size
-        run: list[int] = []
-        for i in new + [-1]:  # contiguous runs of new blocks, each chained to its parent
-            if run and (i != run[-1] + 1):
-                a, b = run[0], run[-1] + 1
-                events.append(
-                    BlockStored(
-                        block_hashes=hashes[a:b],
-                        parent_block_hash=hashes[a - 1] if a > 0 else None,
-                        token_ids=request.token_ids[a * bs : b * bs],
-                        block_size=bs,
-                        lora_id=None,
-                        medium="GPU",
-                        lora_name=None,
-                    )
-                )
-                run = []
-            if i >= 0:
-                run.append(i)
-        self._publisher.publish(events)
-
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted, len(self._cache))
 
@@ -160,26 +92,28 @@ class ScriptedEngine:
         self._active += 1
         self._started += 1
         finished = False
+        kv = None
         try:
-            # vLLM always recomputes at least the last prompt token.
-            usable = max(0, (request.prompt_tokens - 1) // self._block_size)
-            cached_blocks = self._cache.hit_blocks(request.block_hashes, usable)
-            cached = cached_blocks * self._block_size
-            prefill_ms = (request.prompt_tokens - cached) * self._cache_spec.prefill_ms_per_token
-            if prefill_ms > 0:
-                await asyncio.sleep(prefill_ms / 1000)
-            self._publish_store(request)
-
             reply, itl_ms = self._reply_tokens(request.match_text)
             ids = list(reply)
             if self._eos is not None and not request.sampling.ignore_eos:
                 ids.append(self._eos)
             limit = request.max_tokens
+            out = ids[:limit]
+            kv = self._cache.admit(request.token_ids, request.block_hashes, out)
+            cached = kv.cached_tokens
+            prefill_ms = (request.prompt_tokens - cached) * self._cache_spec.prefill_ms_per_token
+            if prefill_ms > 0:
+                await asyncio.sleep(prefill_ms / 1000)
+            kv.compute(request.prompt_tokens)
+
             first = True
-            for i, tok in enumerate(ids[:limit]):
-                if not first and itl_ms > 0:
-                    await asyncio.sleep(itl_ms / 1000)
-                last = i == min(len(ids), limit) - 1
+            for i, tok in enumerate(out):
+                if not first:
+                    kv.compute(request.prompt_tokens + i)  # this step computes the token sampled before
+                    if itl_ms > 0:
+                        await asyncio.sleep(itl_ms / 1000)
+                last = i == len(out) - 1
                 reason = None
                 if last:
                     reason = "stop" if i == len(ids) - 1 else "length"
@@ -199,6 +133,8 @@ class ScriptedEngine:
                 )
             finished = True
         finally:
+            if kv is not None:
+                kv.free()
             self._active -= 1
             if not finished:
                 self._aborted += 1

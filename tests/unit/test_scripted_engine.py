@@ -1,4 +1,5 @@
 import asyncio
+import time
 
 from agentserve.config import EngineSpec
 from agentserve.engines.scripted import ScriptedEngine
@@ -65,3 +66,78 @@ def test_closing_early_counts_as_abort():
     asyncio.run(go())
     s = e.stats()
     assert s.aborted == 1 and s.active == 0
+
+
+AGENT_REPLY = (
+    "<think>\nThe user wants the bug fixed; I should read the file before changing anything.\n</think>\n\n"
+    '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+)
+
+
+def test_agent_loop_turn_two_is_served_from_turn_one_prompt_and_output(model_path):
+    """Turn 2 = turn 1's prompt + its output + a tool result: vLLM caches the generated blocks too, so the
+    hit covers every full block of what turn 1 computed (prompt + output but the last sampled token), and
+    the router's index learns those blocks from the KV events."""
+    from agentserve.config import ModelSpec
+    from agentserve.kv_events.publisher import KvEventPublisher
+    from agentserve.preprocess.preprocessor import Preprocessor
+    from agentserve.protocol import (
+        Conversation, GenerationRequest, ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock, ToolSpec, Turn,
+    )
+    from agentserve.routing.index import EventIndex
+    from agentserve.routing.kv_subscriber import Events, KvEventSubscriber
+
+    bs = 16
+    pre = Preprocessor(ModelSpec(replay_family="agentserve_default"), str(model_path), bs)
+    tok = pre._tok
+    spec = EngineSpec.model_validate({"kind": "scripted", "block_size": bs, "rules": [{"reply": AGENT_REPLY}]})
+    publisher = KvEventPublisher(host="127.0.0.1")
+    engine = ScriptedEngine(
+        spec.rules, lambda t: tok.encode(t, add_special_tokens=False), tok.eos_token_id, bs, spec.cache, publisher
+    )
+    tools = (ToolSpec(name="read_file", parameters={"type": "object", "properties": {"path": {"type": "string"}}}),)
+    system = Turn(role="system", blocks=(TextBlock(text="You are a coding agent."),))
+    user = Turn(role="user", blocks=(TextBlock(text="Fix the bug in a.py"),))
+
+    def turn(turns, rid):
+        conv = Conversation(turns=(system, *turns), tools=tools)
+        req = pre.preprocess(GenerationRequest(request_id=rid, model="m", conversation=conv))
+        return req, _run(engine, req)
+
+    sub = KvEventSubscriber()
+    index = EventIndex(bs)
+    index.add_replica("e")
+    sub.add("e", f"tcp://127.0.0.1:{publisher.port}", f"tcp://127.0.0.1:{publisher.replay_port}")
+    time.sleep(0.5)  # let SUB connect (a batch lost before that is replayed on the next one)
+    try:
+        first, out = turn([user], "t1")
+        output = [t for d in out for t in d.token_ids]
+        assistant = Turn(role="assistant", blocks=(
+            ReasoningBlock(text="The user wants the bug fixed; I should read the file before changing anything."),
+            ToolCallBlock(id="c1", name="read_file", arguments='{"path": "a.py"}'),
+        ))
+        result = Turn(role="tool", blocks=(ToolResultBlock(tool_call_id="c1", content="print('hi')"),))
+        second_conv = Conversation(turns=(system, user, assistant, result), tools=tools)
+        second_ids = pre.render(second_conv).token_ids
+        history = first.token_ids + output
+        assert second_ids[: len(history)] == history  # the template replays turn 1 exactly (doctor: 1.000)
+
+        computed = len(history) - 1  # the last sampled token (EOS) is never fed back
+        assert computed // bs > len(first.token_ids) // bs  # the reply fills blocks of its own
+
+        # The router's index, fed over ZMQ, holds those blocks.
+        hashes = block_hashes(second_ids, bs)
+        deadline = time.time() + 10
+        while index.index.overlaps(hashes).get("e", 0) < computed // bs and time.time() < deadline:
+            for update in sub.drain():
+                assert isinstance(update, Events)
+                index.apply("e", update.events)
+            time.sleep(0.02)
+        assert index.index.overlaps(hashes) == {"e": computed // bs}
+
+        second, out2 = turn([user, assistant, result], "t2")
+        assert second.token_ids == second_ids
+        assert out2[0].num_cached_tokens == computed // bs * bs
+    finally:
+        sub.close()
+        asyncio.run(engine.shutdown())
