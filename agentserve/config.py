@@ -135,21 +135,45 @@ class RouterSpec(_Strict):
     retry_after_s: float = Field(default=2.0, gt=0)
     replica_timeout_s: float = Field(default=10.0, gt=0)  # a replica silent this long leaves the index
     approx_ttl_s: float = Field(default=120.0, gt=0)
+    # A routed request's slot is a lease: the engine renews it on every heartbeat while the request runs; one
+    # nobody renews this long (ingress died, client left before the engine started it) is released.
+    lease_s: float = Field(default=15.0, gt=0)
     speculative_prefill: bool = True  # honour the `speculative_prefill` agent hint
+    max_speculative_prefills: int = Field(default=16, ge=0)  # in flight per ingress replica; more are skipped
+    # Who may raise `priority` / `latency_sensitivity` hints: sha256 digests of API keys, or "*" for every
+    # caller. Everyone else's hints are clamped to the default (0 / none): scheduling is not self-service.
+    priority_keys: tuple[str, ...] = ()
 
 
 class ResponseStoreSpec(_Strict):
-    """Bounds of the Responses API store (`store: true`, `previous_response_id`)."""
+    """Bounds of the Responses API store (`store: true`, `previous_response_id`), enforced in the state
+    backend's database: past max_entries or max_bytes the least recently used responses go first; an entry
+    unused for ttl_s expires."""
 
-    max_entries: int = 10_000
-    max_bytes: int = 256 * 1024 * 1024
-    ttl_s: float = 24 * 3600.0
+    max_entries: int = Field(default=10_000, ge=1)
+    max_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
+    ttl_s: float = Field(default=24 * 3600.0, gt=0)
+
+
+class StateSpec(_Strict):
+    """Where state that outlives a process lives: the Responses store, per-key limits, the generated secret key.
+
+    sqlite: one file under data_dir (no server; shared by the replicas of one node). postgres: a server every
+    node reaches, for clusters. data_dir None: env AGENTSERVE_DATA_DIR, else ~/.local/share/agentserve.
+    postgres_dsn None: env AGENTSERVE_POSTGRES_DSN (so Kubernetes can supply it from a Secret).
+    """
+
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    data_dir: str | None = None
+    postgres_dsn: str | None = None
 
 
 class LimitsSpec(_Strict):
     """What one request may ask for, and how much one API key may use (serve/limits.py).
 
-    Per-key limits are kept per ingress replica: with N ingress replicas a key may use up to N times as much.
+    Per-key limits are global across ingress replicas: they are held in the state backend (ServeArgs.state),
+    concurrency as leases that expire lease_ttl_s after their holder stops renewing them (a crashed ingress
+    frees its slots), rate as one token bucket row per key. Unset (the default), they cost nothing.
     """
 
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)  # as sent (compressed or not)
@@ -162,6 +186,7 @@ class LimitsSpec(_Strict):
     max_concurrent_per_key: int | None = Field(default=None, ge=1)  # generation requests in flight
     requests_per_minute_per_key: float | None = Field(default=None, gt=0)  # generation requests (token bucket)
     burst_per_key: int | None = Field(default=None, ge=1)  # bucket size; None: a minute's worth
+    lease_ttl_s: float = Field(default=30.0, ge=1)  # a concurrency slot outlives a dead ingress this long
 
 
 class ServeArgs(_Strict):
@@ -171,7 +196,8 @@ class ServeArgs(_Strict):
     coalesce_stream: bool = True
     enable_streaming_tool_dispatch: bool = False
     # Key for what the server seals and later verifies (thinking signatures, encrypted reasoning).
-    # None: build_app generates one per deployment, shared by every replica through the args.
+    # None: env AGENTSERVE_SECRET_KEY, else one generated once and kept in the state data directory
+    # (agentserve/state/secrets.py); build_app resolves it and shares it with every replica through the args.
     secret_key: str | None = None
     # Append every finished turn's prompt and output token ids here (for `agentserve doctor TRACE`).
     trace_path: str | None = None
@@ -189,6 +215,13 @@ class ServeArgs(_Strict):
     # separated) that build_app hashes. Empty: no authentication. See serve/auth.py.
     api_keys: tuple[str, ...] = ()
     limits: LimitsSpec = LimitsSpec()
+    # Where the Responses store, per-key limits and the generated secret key live (agentserve/state).
+    state: StateSpec = StateSpec()
+    # Keys that signed or sealed earlier: still accepted when verifying, never used to sign (key rotation).
+    # AGENTSERVE_PREVIOUS_SECRET_KEYS (comma separated) adds to them.
+    previous_secret_keys: tuple[str, ...] = ()
+    # A k8s or multi-node deployment refuses to start with a generated secret key unless this is true.
+    allow_generated_secret_key: bool = False
 
     @model_validator(mode="after")
     def _keys_are_digests(self) -> "ServeArgs":

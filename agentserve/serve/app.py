@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from ray.serve import Application
@@ -14,13 +13,13 @@ from agentserve.serve.ingress import Ingress
 from agentserve.serve.preprocessor import PreprocessorReplica
 from agentserve.serve.response_store import ResponseStoreReplica
 from agentserve.serve.router import RouterReplica
+from agentserve.serve.state_args import settle_state
 
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
     """Ingress -> Preprocessor -> Router -> Engine replicas, wired as Ray Serve deployments."""
     parsed = ServeArgs.from_any(args)
-    if parsed.secret_key is None:
-        parsed = parsed.model_copy(update={"secret_key": secrets.token_hex(32)})
+    parsed = settle_state(parsed)  # secret key (config, env, or kept in the data dir) and data dir, for every replica
     env_keys = keys_from_env()  # AGENTSERVE_API_KEYS: plain keys, only their digests go into the config
     if env_keys:
         parsed = parsed.model_copy(update={"api_keys": tuple(dict.fromkeys((*parsed.api_keys, *env_keys)))})

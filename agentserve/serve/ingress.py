@@ -100,7 +100,7 @@ class Ingress:
     ) -> None:
         config = ServeArgs.from_any(args)
         auth.configure(config.api_keys)
-        limits.configure(config.limits)
+        limits.configure(config.limits, config.state)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
         tokenizer = load_tokenizer(str(config.model.resolve_path()))
         self._ctx = IngressContext(

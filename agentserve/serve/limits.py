@@ -4,43 +4,60 @@ Body limits are checked on the parsed JSON before any model sees it, so a hostil
 a 100 MB string, a tool schema nested 10,000 deep) costs one linear walk and a 400/413, never a render or
 a tokenizer run. Per-key limits answer 429 with `retry-after` at once: agents retry, so queueing here would
 only hide the overload (the router's bounded admission queue is the one place requests wait).
+
+Per-key limits are held in the state backend (agentserve/state), so they are global across ingress replicas:
+concurrency as leases with an expiry, renewed while the request lives and released on every exit (a crashed
+ingress's slots expire), rate as one token bucket row per key updated atomically. Without per-key limits
+configured there is no database access at all.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+import threading
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentserve.config import LimitsSpec
+from agentserve.config import LimitsSpec, StateSpec
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.errors import error_response
+from agentserve.state import StateBackend, open_backend
+
+logger = logging.getLogger("ray.serve")
 
 # Paths whose POSTs run the model (or the preprocessor); per-key limits apply to these.
 GENERATION_PATHS = ("/v1/messages", "/v1/chat/completions", "/v1/responses")
-_MAX_IDENTITIES = 100_000  # bound on remembered callers (without keys, anyone can invent identities)
+_PRUNE_EVERY_S = 300.0  # how often an ingress sweeps expired leases and idle buckets out of the database
 
 
 class Limits:
-    """The configured LimitsSpec, set by the ingress at start (the middleware exists before the config)."""
+    """The configured LimitsSpec and state backend, set by the ingress at start (the middleware exists first).
 
-    def __init__(self, spec: LimitsSpec | None = None) -> None:
+    state None: per-key usage is kept in an in-memory database of this process only (unit use).
+    """
+
+    def __init__(self, spec: LimitsSpec | None = None, state: StateSpec | None = None) -> None:
         self.spec = spec or LimitsSpec()
+        self.state = state
 
-    def replace(self, spec: LimitsSpec) -> None:
+    def replace(self, spec: LimitsSpec, state: StateSpec | None = None) -> None:
         self.spec = spec
+        self.state = state
 
 
 LIMITS = Limits()
 
 
-def configure(spec: LimitsSpec) -> None:
+def configure(spec: LimitsSpec, state: StateSpec | None = None) -> None:
     """Set this process's limits (a function, not an object the ingress holds: see auth.configure)."""
-    LIMITS.replace(spec)
+    LIMITS.replace(spec, state)
 
 
 def current() -> LimitsSpec:
@@ -123,72 +140,136 @@ def check_body(data: Any, spec: LimitsSpec) -> None:
 
 
 # -- per-key concurrency and rate -------------------------------------------------------------------------
-@dataclass
-class _Usage:
-    in_flight: int = 0
-    tokens: float = 0.0
-    stamp: float = field(default=0.0)
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One request's hold on its key's limits; `KeyLimiter.release` it when the response ends."""
+
+    identity: str
+    lease_id: str | None  # None: only the rate limit applies, nothing to release
 
 
 class KeyLimiter:
-    """Per-identity in-flight count and token bucket; `acquire` raises 429 instead of waiting."""
+    """Per-identity concurrency leases and token bucket in the state backend; `acquire` raises 429, never waits.
 
-    def __init__(self, limits: Limits | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    acquire, release and renew block on the database: on an event loop, call them through a thread.
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.time,  # wall clock: other processes read the same rows
+        backend: StateBackend | None = None,  # None: opened from limits.state on first use
+    ) -> None:
         self._limits = limits if limits is not None else LIMITS
         self._clock = clock
-        self._usage: dict[str, _Usage] = {}
+        self._fixed_backend = backend
+        self._backend: StateBackend | None = None
+        self._backend_state: StateSpec | None = None
+        self._lock = threading.Lock()
+        self._live: set[str] = set()  # leases of requests still running in this process: renewed
+        self._renewer: asyncio.Task | None = None
+        self._last_prune = 0.0
 
-    def _entry(self, identity: str, rate: float, burst: float) -> _Usage:
-        u = self._usage.get(identity)
-        if u is None:
-            if len(self._usage) >= _MAX_IDENTITIES:
-                self._prune()
-            u = self._usage[identity] = _Usage(tokens=burst, stamp=self._clock())
-        return u
+    def active(self) -> bool:
+        """Whether any per-key limit is configured (if not, the middleware does nothing at all)."""
+        spec = self._limits.spec
+        return spec.max_concurrent_per_key is not None or spec.requests_per_minute_per_key is not None
 
-    def _prune(self) -> None:
-        for k in [k for k, u in self._usage.items() if u.in_flight == 0][: _MAX_IDENTITIES // 2]:
-            del self._usage[k]
+    def backend(self) -> StateBackend:
+        if self._fixed_backend is not None:
+            return self._fixed_backend
+        with self._lock:
+            state = self._limits.state
+            if self._backend is None or self._backend_state != state:
+                old = self._backend
+                if state is None:
+                    from agentserve.state.sqlite import SQLiteBackend
 
-    def acquire(self, identity: str) -> bool:
-        """Take a slot for one request (True: release it after); raises RequestError('rate_limit')."""
+                    self._backend = SQLiteBackend(":memory:")
+                else:
+                    self._backend = open_backend(state)
+                self._backend_state = state
+                if old is not None:
+                    old.close()
+            return self._backend
+
+    def acquire(self, identity: str) -> Held | None:
+        """Take a slot for one request (None: no limits configured); raises RequestError('rate_limit')."""
         spec = self._limits.spec
         rpm, cap = spec.requests_per_minute_per_key, spec.max_concurrent_per_key
         if rpm is None and cap is None:
-            return False
+            return None
+        db = self.backend()
+        now = self._clock()
         rate = (rpm or 0.0) / 60.0
         burst = float(spec.burst_per_key or max(1, math.ceil(rpm or 1)))
-        u = self._entry(identity, rate, burst)
-        if cap is not None and u.in_flight >= cap:
-            raise RequestError(
-                "rate_limit",
-                f"this API key already has {u.in_flight} requests in flight; the limit is {cap}",
-                code="concurrency_limit_exceeded",
-                retry_after=1.0,
-            )
+        if now - self._last_prune > _PRUNE_EVERY_S:
+            self._last_prune = now
+            db.prune(now, buckets_idle_s=burst / rate if rate else 0.0)
+        lease_id = None
+        if cap is not None:
+            lease_id = uuid.uuid4().hex
+            grant = db.acquire_lease(identity, lease_id, cap, now, spec.lease_ttl_s)
+            if not grant.granted:
+                raise RequestError(
+                    "rate_limit",
+                    f"this API key already has {grant.held} requests in flight; the limit is {cap}",
+                    code="concurrency_limit_exceeded",
+                    retry_after=1.0,
+                )
         if rpm is not None:
-            now = self._clock()
-            u.tokens = min(burst, u.tokens + (now - u.stamp) * rate)
-            u.stamp = now
-            if u.tokens < 1.0:
+            token = db.take_token(identity, now, rate, burst)
+            if not token.granted:
+                if lease_id is not None:
+                    db.release_lease(lease_id)
                 raise RequestError(
                     "rate_limit",
                     f"this API key is over its limit of {rpm:g} requests per minute",
                     code="rate_limit_exceeded",
-                    retry_after=(1.0 - u.tokens) / rate,
+                    retry_after=token.retry_after_s,
                 )
-            u.tokens -= 1.0
-        u.in_flight += 1
-        return True
+        return Held(identity, lease_id)
 
-    def release(self, identity: str) -> None:
-        u = self._usage.get(identity)
-        if u is not None and u.in_flight > 0:
-            u.in_flight -= 1
+    def track(self, held: Held) -> None:
+        """Renew this request's lease until it is released (call on the event loop that serves it)."""
+        if held.lease_id is None:
+            return
+        with self._lock:
+            self._live.add(held.lease_id)
+        loop = asyncio.get_running_loop()
+        task = self._renewer
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._renewer = loop.create_task(self._renew_forever(), name="agentserve-lease-renewer")
+
+    def release(self, held: Held) -> None:
+        """Give the slot back. Never raises: a lease that cannot be deleted now expires on its own."""
+        if held.lease_id is None:
+            return
+        with self._lock:
+            self._live.discard(held.lease_id)
+        try:
+            self.backend().release_lease(held.lease_id)
+        except Exception:
+            logger.warning("could not release a concurrency lease; it expires in %ss", self._limits.spec.lease_ttl_s, exc_info=True)
+
+    def renew(self) -> None:
+        """Extend every live lease of this process (one statement for all of them)."""
+        with self._lock:
+            live = list(self._live)
+        if live:
+            self.backend().renew_leases(live, self._clock(), self._limits.spec.lease_ttl_s)
 
     def in_flight(self, identity: str) -> int:
-        u = self._usage.get(identity)
-        return u.in_flight if u else 0
+        """Live leases of a key across every ingress replica."""
+        return self.backend().count_leases(identity, self._clock())
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._limits.spec.lease_ttl_s / 3)
+            try:
+                await asyncio.to_thread(self.renew)
+            except Exception:
+                logger.warning("could not renew concurrency leases", exc_info=True)
 
 
 class KeyLimitsMiddleware:
@@ -203,17 +284,39 @@ class KeyLimitsMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or scope.get("method") != "POST" or not path.startswith(GENERATION_PATHS):
+        if (
+            scope["type"] != "http"
+            or scope.get("method") != "POST"
+            or not path.startswith(GENERATION_PATHS)
+            or not self.limiter.active()  # no per-key limits: no database, no thread hop
+        ):
             await self.app(scope, receive, send)
             return
         who = self.identity() or ""
+        acquiring = asyncio.ensure_future(asyncio.to_thread(self.limiter.acquire, who))
         try:
-            held = self.limiter.acquire(who)
+            held = await asyncio.shield(acquiring)
         except RequestError as err:
             await error_response(path, err)(scope, receive, send)
             return
+        except asyncio.CancelledError:
+            # The client left while the database answered: give back whatever the thread still grants.
+            acquiring.add_done_callback(self._release_granted)
+            raise
+        if held is None:  # limits were switched off meanwhile
+            await self.app(scope, receive, send)
+            return
+        self.limiter.track(held)
         try:
             await self.app(scope, receive, send)
         finally:
-            if held:
-                self.limiter.release(who)
+            if held.lease_id is not None:
+                # Shielded: a cancelled request still releases its slot (the thread runs to the end).
+                await asyncio.shield(asyncio.to_thread(self.limiter.release, held))
+
+    def _release_granted(self, fut: "asyncio.Future[Held | None]") -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        held = fut.result()
+        if held is not None and held.lease_id is not None:
+            asyncio.get_running_loop().run_in_executor(None, self.limiter.release, held)

@@ -123,8 +123,10 @@ def test_per_key_concurrency_is_429_with_retry_after_and_released_after_the_resp
 def test_token_bucket_rate_limit():
     now = [0.0]
     limiter = KeyLimiter(Limits(LimitsSpec(requests_per_minute_per_key=60, burst_per_key=2)), clock=lambda: now[0])
-    assert limiter.acquire("a") and limiter.acquire("a")
-    limiter.release("a"), limiter.release("a")
+    held = [limiter.acquire("a"), limiter.acquire("a")]
+    assert all(held)
+    for h in held:
+        limiter.release(h)
     with pytest.raises(RequestError) as exc:
         limiter.acquire("a")
     assert exc.value.kind == "rate_limit" and exc.value.retry_after == pytest.approx(1.0)

@@ -4,7 +4,8 @@ Codex runs with `store: false` and resends the whole history each turn. To repla
 reasoning token-for-token (and so keep the prefix cache warm) the server hands the text to the client
 sealed with AES-256-GCM and restores it when the item comes back. The key is derived from
 `ServeArgs.secret_key`, which every replica shares, so any replica can open any blob; a tampered,
-truncated or foreign blob fails authentication and is rejected.
+truncated or foreign blob fails authentication and is rejected. Blobs sealed under a previous key
+(`previous`, for rotation) still open; new ones are always sealed with the current key.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import binascii
 import hashlib
 import os
 from dataclasses import dataclass
+from typing import Sequence
 
 import orjson
 from cryptography.exceptions import InvalidTag
@@ -37,14 +39,17 @@ class SealedReasoning:
     output_index: int  # the item's position in that response's output
 
 
+def _derive(secret: bytes) -> bytes:
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=b"agentserve encrypted_content").derive(secret)
+
+
 class Sealer:
-    def __init__(self, secret_key: str | None) -> None:
+    def __init__(self, secret_key: str | None, previous: Sequence[str] = ()) -> None:
         # No key configured (unit use outside build_app): a random one, valid for this process only.
         secret = secret_key.encode() if secret_key else os.urandom(32)
-        key = HKDF(algorithm=SHA256(), length=32, salt=None, info=b"agentserve encrypted_content").derive(
-            secret
-        )
+        key = _derive(secret)
         self._aead = AESGCM(key)
+        self._openers = (self._aead, *(AESGCM(_derive(k.encode())) for k in previous if k and k != secret_key))
         self.key_id = hashlib.sha256(key).hexdigest()[:8]
 
     def seal(self, item: SealedReasoning) -> str:
@@ -62,12 +67,18 @@ class Sealer:
             raise SealError("not base64url") from exc
         if len(raw) < 1 + 12 + 16 or raw[:1] != _VERSION:
             raise SealError("unknown format")
+        for aead in self._openers:  # the current key first, then previous ones (rotation)
+            try:
+                plain = aead.decrypt(raw[1:13], raw[13:], _AAD)
+                break
+            except InvalidTag:
+                continue
+        else:
+            raise SealError("authentication failed")
         try:
-            payload = orjson.loads(self._aead.decrypt(raw[1:13], raw[13:], _AAD))
+            payload = orjson.loads(plain)
             return SealedReasoning(
                 text=payload["t"], model=payload["m"], response_id=payload["r"], output_index=payload["i"]
             )
-        except InvalidTag as exc:
-            raise SealError("authentication failed") from exc
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise SealError("bad payload") from exc

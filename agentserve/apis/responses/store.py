@@ -1,19 +1,21 @@
-"""The bounded store behind `store: true`, `previous_response_id` and GET/DELETE /v1/responses/{id}.
+"""The store behind `store: true`, `previous_response_id` and GET/DELETE /v1/responses/{id}.
 
-Entries are scoped to an owner (a hash of the caller's API key): another key sees a 404, as if the
-response did not exist. Bounded by entry count, total bytes and a TTL; the least recently used entry
-goes first. Plain Python: `serve/response_store.py` runs one instance as a Ray Serve deployment so all
-ingress replicas share it.
+Entries are scoped to an owner (a hash of the caller's API key): another key sees a 404, as if the response did
+not exist. It keeps the Responses shapes; the bytes live in a state backend (agentserve/state: a SQLite file by
+default, PostgreSQL in clusters), which enforces the entry, byte and TTL caps, so stored responses and
+`previous_response_id` chains survive restarts and redeploys. `serve/response_store.py` runs one instance as a
+Ray Serve deployment. Calls block on the database: run them off the event loop.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import orjson
+
+from agentserve.state import StateBackend, StoreBounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,63 +32,39 @@ class ResponseStore:
         max_entries: int,
         max_bytes: int,
         ttl_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,  # wall clock: entries outlive this process
+        backend: StateBackend | None = None,  # None: an in-memory SQLite database (this process only)
     ) -> None:
-        self._max_entries = max_entries
-        self._max_bytes = max_bytes
-        self._ttl = ttl_s
+        if backend is None:
+            from agentserve.state.sqlite import SQLiteBackend
+
+            backend = SQLiteBackend(":memory:")
+        self._backend = backend
+        self._bounds = StoreBounds(max_entries=max_entries, max_bytes=max_bytes, ttl_s=ttl_s)
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[StoredResponse, int, float]] = OrderedDict()
-        self._bytes = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._backend.response_stats(self._clock())[0]
 
     @property
     def bytes(self) -> int:
-        return self._bytes
-
-    def _drop(self, response_id: str) -> None:
-        _, size, _ = self._entries.pop(response_id)
-        self._bytes -= size
-
-    def _expire(self) -> None:
-        now = self._clock()
-        while self._entries:
-            oldest = next(iter(self._entries))
-            if self._entries[oldest][2] > now:
-                break
-            self._drop(oldest)
+        return self._backend.response_stats(self._clock())[1]
 
     def put(self, response_id: str, entry: StoredResponse) -> bool:
         """Store an entry; False when it alone is larger than the whole store."""
-        size = len(orjson.dumps(entry.response)) + len(orjson.dumps(entry.history))
-        if size > self._max_bytes:
-            return False
-        if response_id in self._entries:
-            self._drop(response_id)
-        self._entries[response_id] = (entry, size, self._clock() + self._ttl)
-        self._bytes += size
-        self._expire()
-        while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
-            self._drop(next(iter(self._entries)))
-        return True
+        body = orjson.dumps({"response": entry.response, "history": entry.history})
+        return self._backend.put_response(response_id, entry.owner, body, self._clock(), self._bounds)
 
     def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        self._expire()
-        found = self._entries.get(response_id)
-        if found is None or found[0].owner != owner:
-            return None
-        entry, size, _ = found
         # Reading refreshes recency (LRU) and lifetime, as a live session keeps using it.
-        self._entries[response_id] = (entry, size, self._clock() + self._ttl)
-        self._entries.move_to_end(response_id)
-        return entry
+        body = self._backend.get_response(response_id, owner, self._clock(), self._bounds.ttl_s)
+        if body is None:
+            return None
+        data = orjson.loads(body)
+        return StoredResponse(owner=owner, response=data["response"], history=data["history"])
 
     def delete(self, response_id: str, owner: str) -> bool:
-        self._expire()
-        found = self._entries.get(response_id)
-        if found is None or found[0].owner != owner:
-            return False
-        self._drop(response_id)
-        return True
+        return self._backend.delete_response(response_id, owner, self._clock())
+
+    def close(self) -> None:
+        self._backend.close()

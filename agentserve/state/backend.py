@@ -1,0 +1,73 @@
+"""The state backend interface: what the Responses store and per-key limits need from a shared database.
+
+Every method is synchronous and blocking (callers on an event loop use a thread) and takes the caller's clock
+reading `now` (seconds since the epoch), so expiry and refill are testable and the same in every backend.
+Implementations are thread-safe: Ray runs sync deployment methods in a thread pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class StoreBounds:
+    """Caps of the Responses store: entry count, total body bytes, lifetime since last use."""
+
+    max_entries: int
+    max_bytes: int
+    ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    granted: bool
+    held: int  # live leases in the scope: after the grant, or the ones that caused the refusal
+
+
+@dataclass(frozen=True, slots=True)
+class TokenGrant:
+    granted: bool
+    retry_after_s: float  # 0 when granted; else until the bucket holds one token
+
+
+class StateBackend(Protocol):
+    # -- Responses store: opaque bodies scoped to an owner -----------------------------------------------
+    def put_response(self, response_id: str, owner: str, body: bytes, now: float, bounds: StoreBounds) -> bool:
+        """Store (or replace) a body; evict expired then least recently used entries past the bounds.
+        False when the body alone is larger than max_bytes."""
+        ...
+
+    def get_response(self, response_id: str, owner: str, now: float, ttl_s: float) -> bytes | None:
+        """The body if it exists, is unexpired and belongs to owner; reading refreshes recency and lifetime."""
+        ...
+
+    def delete_response(self, response_id: str, owner: str, now: float) -> bool: ...
+
+    def response_stats(self, now: float) -> tuple[int, int]:
+        """(live entries, their total bytes)."""
+        ...
+
+    # -- concurrency leases ------------------------------------------------------------------------------
+    def acquire_lease(self, scope: str, lease_id: str, limit: int, now: float, ttl_s: float) -> LeaseGrant:
+        """Atomically: drop the scope's expired leases, grant one more if fewer than limit are live."""
+        ...
+
+    def renew_leases(self, lease_ids: Sequence[str], now: float, ttl_s: float) -> None: ...
+
+    def release_lease(self, lease_id: str) -> None: ...
+
+    def count_leases(self, scope: str, now: float) -> int: ...
+
+    # -- token buckets -----------------------------------------------------------------------------------
+    def take_token(self, key: str, now: float, rate_per_s: float, burst: float) -> TokenGrant:
+        """Atomically refill the key's bucket up to `burst` at `rate_per_s` and take one token if there is one."""
+        ...
+
+    # -- upkeep --------------------------------------------------------------------------------------------
+    def prune(self, now: float, buckets_idle_s: float) -> None:
+        """Drop expired leases and responses, and buckets untouched for buckets_idle_s (they are full again)."""
+        ...
+
+    def close(self) -> None: ...

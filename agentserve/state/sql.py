@@ -1,0 +1,148 @@
+"""The state backend's logic in SQL both SQLite and PostgreSQL run; a dialect supplies connections and DDL.
+
+Statements use `?` placeholders (the PostgreSQL dialect rewrites them). Every change is one transaction that
+the dialect serializes where it matters: SQLite takes the database write lock (BEGIN IMMEDIATE), PostgreSQL an
+advisory lock on the named resource (a key's bucket or lease scope, or the store while it evicts).
+
+Recency for LRU eviction is a logical counter (`used`), not a time: many entries can share one clock reading.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, Sequence
+
+from agentserve.state.backend import LeaseGrant, StoreBounds, TokenGrant
+
+RESPONSES = "agentserve_responses"
+LEASES = "agentserve_leases"
+BUCKETS = "agentserve_buckets"
+
+
+class Tx(Protocol):
+    """One open transaction: run statements, read rows."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+def schema(blob: str, real: str, integer: str) -> list[str]:
+    """DDL with the dialect's type names; idempotent."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS {RESPONSES} (id TEXT PRIMARY KEY, owner TEXT NOT NULL, body {blob} NOT NULL,"
+        f" size {integer} NOT NULL, used {integer} NOT NULL, expires_at {real} NOT NULL)",
+        f"CREATE INDEX IF NOT EXISTS {RESPONSES}_used ON {RESPONSES} (used)",
+        f"CREATE INDEX IF NOT EXISTS {RESPONSES}_expires ON {RESPONSES} (expires_at)",
+        f"CREATE TABLE IF NOT EXISTS {LEASES} (id TEXT PRIMARY KEY, scope TEXT NOT NULL, expires_at {real} NOT NULL)",
+        f"CREATE INDEX IF NOT EXISTS {LEASES}_scope ON {LEASES} (scope, expires_at)",
+        f"CREATE INDEX IF NOT EXISTS {LEASES}_expires ON {LEASES} (expires_at)",
+        f"CREATE TABLE IF NOT EXISTS {BUCKETS} (key TEXT PRIMARY KEY, tokens {real} NOT NULL, stamp {real} NOT NULL)",
+        f"CREATE INDEX IF NOT EXISTS {BUCKETS}_stamp ON {BUCKETS} (stamp)",
+    ]
+
+
+class SqlBackend(ABC):
+    """StateBackend over a SQL dialect; subclasses implement `_tx`."""
+
+    @abstractmethod
+    def _tx(self, lock: str | None = None) -> AbstractContextManager[Tx]:
+        """A transaction, committed on normal exit; `lock` names what it must hold exclusively."""
+
+    # -- Responses store ---------------------------------------------------------------------------------
+    def put_response(self, response_id: str, owner: str, body: bytes, now: float, bounds: StoreBounds) -> bool:
+        size = len(body)
+        if size > bounds.max_bytes:
+            return False
+        with self._tx("responses") as tx:
+            tx.execute(f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
+            tx.execute(
+                f"INSERT INTO {RESPONSES} (id, owner, body, size, used, expires_at)"
+                f" VALUES (?, ?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM {RESPONSES}), ?)"
+                " ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, body = excluded.body,"
+                " size = excluded.size, used = excluded.used, expires_at = excluded.expires_at",
+                (response_id, owner, body, size, now + bounds.ttl_s),
+            )
+            count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {RESPONSES}").fetchone()
+            if count > bounds.max_entries or total > bounds.max_bytes:
+                # Keep the most recently used entries that fit both caps; the new one is the most recent.
+                tx.execute(
+                    f"DELETE FROM {RESPONSES} WHERE id IN (SELECT id FROM (SELECT id,"
+                    " COUNT(*) OVER (ORDER BY used DESC) AS n, SUM(size) OVER (ORDER BY used DESC) AS b"
+                    f" FROM {RESPONSES}) AS ranked WHERE n > ? OR b > ?)",
+                    (bounds.max_entries, bounds.max_bytes),
+                )
+        return True
+
+    def get_response(self, response_id: str, owner: str, now: float, ttl_s: float) -> bytes | None:
+        with self._tx() as tx:
+            row = tx.execute(
+                f"UPDATE {RESPONSES} SET used = (SELECT MAX(used) + 1 FROM {RESPONSES}), expires_at = ?"
+                " WHERE id = ? AND owner = ? AND expires_at > ? RETURNING body",
+                (now + ttl_s, response_id, owner, now),
+            ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def delete_response(self, response_id: str, owner: str, now: float) -> bool:
+        with self._tx() as tx:
+            cur = tx.execute(
+                f"DELETE FROM {RESPONSES} WHERE id = ? AND owner = ? AND expires_at > ?", (response_id, owner, now)
+            )
+            return cur.rowcount > 0
+
+    def response_stats(self, now: float) -> tuple[int, int]:
+        with self._tx() as tx:
+            count, total = tx.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {RESPONSES} WHERE expires_at > ?", (now,)
+            ).fetchone()
+        return int(count), int(total)
+
+    # -- leases ------------------------------------------------------------------------------------------
+    def acquire_lease(self, scope: str, lease_id: str, limit: int, now: float, ttl_s: float) -> LeaseGrant:
+        with self._tx(f"lease:{scope}") as tx:
+            tx.execute(f"DELETE FROM {LEASES} WHERE scope = ? AND expires_at <= ?", (scope, now))
+            (held,) = tx.execute(f"SELECT COUNT(*) FROM {LEASES} WHERE scope = ?", (scope,)).fetchone()
+            if held >= limit:
+                return LeaseGrant(False, int(held))
+            tx.execute(f"INSERT INTO {LEASES} (id, scope, expires_at) VALUES (?, ?, ?)", (lease_id, scope, now + ttl_s))
+        return LeaseGrant(True, int(held) + 1)
+
+    def renew_leases(self, lease_ids: Sequence[str], now: float, ttl_s: float) -> None:
+        if not lease_ids:
+            return
+        with self._tx() as tx:
+            tx.executemany(f"UPDATE {LEASES} SET expires_at = ? WHERE id = ?", [(now + ttl_s, i) for i in lease_ids])
+
+    def release_lease(self, lease_id: str) -> None:
+        with self._tx() as tx:
+            tx.execute(f"DELETE FROM {LEASES} WHERE id = ?", (lease_id,))
+
+    def count_leases(self, scope: str, now: float) -> int:
+        with self._tx() as tx:
+            (n,) = tx.execute(
+                f"SELECT COUNT(*) FROM {LEASES} WHERE scope = ? AND expires_at > ?", (scope, now)
+            ).fetchone()
+        return int(n)
+
+    # -- token buckets -----------------------------------------------------------------------------------
+    def take_token(self, key: str, now: float, rate_per_s: float, burst: float) -> TokenGrant:
+        with self._tx(f"bucket:{key}") as tx:
+            row = tx.execute(f"SELECT tokens, stamp FROM {BUCKETS} WHERE key = ?", (key,)).fetchone()
+            tokens = burst if row is None else min(burst, row[0] + max(0.0, now - row[1]) * rate_per_s)
+            granted = tokens >= 1.0
+            tx.execute(
+                f"INSERT INTO {BUCKETS} (key, tokens, stamp) VALUES (?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET tokens = excluded.tokens, stamp = excluded.stamp",
+                (key, tokens - 1.0 if granted else tokens, now),
+            )
+        if granted:
+            return TokenGrant(True, 0.0)
+        return TokenGrant(False, (1.0 - tokens) / rate_per_s if rate_per_s > 0 else float("inf"))
+
+    # -- upkeep --------------------------------------------------------------------------------------------
+    def prune(self, now: float, buckets_idle_s: float) -> None:
+        with self._tx() as tx:
+            tx.execute(f"DELETE FROM {LEASES} WHERE expires_at <= ?", (now,))
+            tx.execute(f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
+            tx.execute(f"DELETE FROM {BUCKETS} WHERE stamp < ?", (now - buckets_idle_s,))
