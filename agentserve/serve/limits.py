@@ -231,12 +231,16 @@ class KeyLimiter:
         return Held(identity, lease_id)
 
     def track(self, held: Held) -> None:
-        """Renew this request's lease until it is released (call on the event loop that serves it)."""
+        """Renew this request's lease until it is released: on the calling event loop's renewal task, or by
+        calls to `renew` when there is no running loop."""
         if held.lease_id is None:
             return
         with self._lock:
             self._live.add(held.lease_id)
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
         task = self._renewer
         if task is None or task.done() or task.get_loop() is not loop:
             self._renewer = loop.create_task(self._renew_forever(), name="agentserve-lease-renewer")

@@ -1,0 +1,262 @@
+"""Both state backends (SQLite file, real PostgreSQL server) against the same tests: the Responses store's
+bounds and owner scoping, thread safety, survival across re-opening, and per-key limits shared by two ingresses."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
+
+import psycopg
+import pytest
+
+from agentserve.apis.responses.store import ResponseStore, StoredResponse
+from agentserve.config import LimitsSpec
+from agentserve.protocol.errors import RequestError
+from agentserve.serve.limits import Limits, KeyLimiter
+from agentserve.state import StateBackend, StoreBounds
+from agentserve.state.postgres import PostgresBackend
+from agentserve.state.sqlite import SQLiteBackend
+from tests.postgres_server import postgres_server
+
+Opener = Callable[[], StateBackend]
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[str]:
+    with postgres_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request, tmp_path) -> Iterator[Opener]:
+    """A function that opens (again) one fresh database of the backend under test."""
+    opened: list[StateBackend] = []
+    if request.param == "sqlite":
+        path = tmp_path / "state.sqlite3"
+
+        def open_() -> StateBackend:
+            opened.append(SQLiteBackend(path))
+            return opened[-1]
+    else:
+        server = request.getfixturevalue("pg_server")
+        db = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {db}")
+
+        def open_() -> StateBackend:
+            opened.append(PostgresBackend(f"{server.replace('dbname=postgres', '')} dbname={db}"))
+            return opened[-1]
+
+    yield open_
+    for b in opened:
+        b.close()
+
+
+def entry(owner: str, text: str = "hi") -> StoredResponse:
+    return StoredResponse(owner=owner, response={"id": "r", "output_text": text}, history=[{"role": "user", "content": text}])
+
+
+def store(backend: StateBackend, clock: Callable[[], float], **bounds) -> ResponseStore:
+    caps = {"max_entries": 100, "max_bytes": 1_000_000, "ttl_s": 60.0, **bounds}
+    return ResponseStore(**caps, clock=clock, backend=backend)
+
+
+# -- Responses store ------------------------------------------------------------------------------------------
+def test_put_get_delete_and_owner_scoping(opener):
+    s = store(opener(), clock=lambda: 1000.0)
+    assert s.put("resp_1", entry("alice", "one"))
+    got = s.get("resp_1", "alice")
+    assert got == entry("alice", "one")
+    assert s.get("resp_1", "mallory") is None  # another key: as if it did not exist
+    assert not s.delete("resp_1", "mallory") and s.get("resp_1", "alice") is not None
+    assert s.delete("resp_1", "alice") and s.get("resp_1", "alice") is None
+    assert not s.delete("resp_1", "alice")
+    assert s.get("missing", "alice") is None
+
+
+def test_ttl_expires_unused_entries_and_reading_refreshes_it(opener):
+    now = [0.0]
+    s = store(opener(), clock=lambda: now[0], ttl_s=10.0)
+    s.put("a", entry("o"))
+    s.put("b", entry("o"))
+    now[0] = 8.0
+    assert s.get("a", "o") is not None  # a used at 8: lives until 18
+    now[0] = 12.0
+    assert s.get("b", "o") is None  # b expired at 10
+    assert s.get("a", "o") is not None and len(s) == 1
+    now[0] = 30.0
+    assert s.get("a", "o") is None and len(s) == 0 and s.bytes == 0
+    assert not s.delete("a", "o")
+
+
+def test_entry_cap_evicts_the_least_recently_used(opener):
+    s = store(opener(), clock=lambda: 5.0, max_entries=3)  # one clock reading for all: recency is logical
+    for rid in ("a", "b", "c"):
+        s.put(rid, entry("o"))
+    assert s.get("a", "o") is not None  # a is now the most recently used
+    s.put("d", entry("o"))
+    assert s.get("b", "o") is None  # b was the least recently used
+    assert all(s.get(r, "o") is not None for r in ("a", "c", "d")) and len(s) == 3
+
+
+def test_byte_cap_evicts_until_it_fits_and_refuses_one_larger_than_the_store(opener):
+    size = len(b'{"response":{"id":"r","output_text":"' + b"x" * 1000 + b'"},"history":[{"role":"user","content":"' + b"x" * 1000 + b'"}]}')
+    s = store(opener(), clock=lambda: 5.0, max_bytes=size * 3 + size // 2)
+    for rid in ("a", "b", "c"):
+        assert s.put(rid, entry("o", "x" * 1000))
+    assert len(s) == 3 and s.bytes == 3 * size
+    s.put("d", entry("o", "x" * 1000))
+    assert len(s) == 3 and s.bytes <= size * 3 + size // 2 and s.get("a", "o") is None
+    assert not s.put("huge", entry("o", "y" * 10 * size))  # alone larger than the whole store: not stored
+    assert s.get("huge", "o") is None and len(s) == 3
+
+
+def test_replacing_an_entry_counts_its_bytes_once(opener):
+    s = store(opener(), clock=lambda: 5.0)
+    s.put("a", entry("o", "short"))
+    s.put("a", entry("o", "a much longer text than before"))
+    assert len(s) == 1 and s.get("a", "o").response["output_text"] == "a much longer text than before"
+
+
+def test_concurrent_threads_share_one_backend(opener):
+    s = store(opener(), clock=lambda: 5.0, max_entries=150)
+
+    def work(t: int) -> list[str]:
+        ids = [f"t{t}_{i}" for i in range(25)]
+        for rid in ids:
+            assert s.put(rid, entry(f"owner{t}", rid))
+            assert s.get(rid, f"owner{t}").response["output_text"] == rid
+        return ids
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = [i for batch in pool.map(work, range(8)) for i in batch]
+    assert len(s) == 150  # 200 written, capped at 150
+    alive = [rid for rid in ids if s.get(rid, f"owner{rid[1:].split('_')[0]}") is not None]
+    assert len(alive) == 150
+
+
+def test_entries_survive_reopening_the_backend(opener):
+    first = opener()
+    s = store(first, clock=lambda: 5.0)
+    s.put("resp_keep", entry("alice", "kept"))
+    first.close()
+    again = store(opener(), clock=lambda: 6.0)  # a new process: schema creation is idempotent
+    assert again.get("resp_keep", "alice").response["output_text"] == "kept"
+    assert again.get("resp_keep", "bob") is None
+
+
+def test_backend_takes_bounds_per_call():
+    b = SQLiteBackend(":memory:")
+    assert b.put_response("a", "o", b"12345", 0.0, StoreBounds(10, 5, 1.0))
+    assert not b.put_response("b", "o", b"123456", 0.0, StoreBounds(10, 5, 1.0))
+    assert b.response_stats(0.5) == (1, 5) and b.response_stats(2.0) == (0, 0)
+
+
+# -- per-key limits shared by two ingress replicas --------------------------------------------------------------
+def ingress(backend: StateBackend, spec: LimitsSpec, clock: Callable[[], float]) -> KeyLimiter:
+    """One ingress replica's limiter; several of them over one backend are several replicas."""
+    return KeyLimiter(Limits(spec), clock=clock, backend=backend)
+
+
+def test_concurrency_leases_are_global_across_ingress_replicas(opener):
+    backend, now = opener(), [100.0]
+    spec = LimitsSpec(max_concurrent_per_key=2)
+    a, b = ingress(backend, spec, lambda: now[0]), ingress(backend, spec, lambda: now[0])
+    h1, h2 = a.acquire("key1"), b.acquire("key1")
+    with pytest.raises(RequestError) as exc:
+        a.acquire("key1")  # per replica it would be 1 of 2; globally it is the third
+    assert exc.value.kind == "rate_limit" and exc.value.code == "concurrency_limit_exceeded"
+    assert "already has 2 requests in flight" in exc.value.message and exc.value.retry_after == 1.0
+    assert b.acquire("key2") is not None  # another key has its own slots
+    assert a.in_flight("key1") == b.in_flight("key1") == 2
+    b.release(h2)
+    h3 = a.acquire("key1")
+    assert a.in_flight("key1") == 2
+    for h in (h1, h3):
+        a.release(h)
+    assert b.in_flight("key1") == 0
+
+
+def test_a_dead_ingress_leases_expire_and_a_live_one_renews(opener):
+    backend, now = opener(), [100.0]
+    spec = LimitsSpec(max_concurrent_per_key=1, lease_ttl_s=30)
+    dead, live = ingress(backend, spec, lambda: now[0]), ingress(backend, spec, lambda: now[0])
+    dead.acquire("k")  # its process dies: never released, never renewed
+    with pytest.raises(RequestError):
+        live.acquire("k")
+    now[0] += 31
+    held = live.acquire("k")  # the dead holder's slot expired
+    live.track(held)  # no event loop here: renewed by the renew() calls below
+    for _ in range(4):  # renewed every 20 s: outlives its TTL many times over
+        now[0] += 20
+        live.renew()
+        with pytest.raises(RequestError):
+            dead.acquire("k")
+    live.release(held)
+    assert dead.acquire("k") is not None
+
+
+def test_leases_are_atomic_under_concurrent_acquires(opener):
+    backend = opener()
+    spec = LimitsSpec(max_concurrent_per_key=5)
+    limiters = [ingress(backend, spec, lambda: 100.0) for _ in range(4)]
+    start = threading.Barrier(16)
+
+    def try_once(i: int) -> bool:
+        start.wait()
+        try:
+            limiters[i % 4].acquire("k")
+            return True
+        except RequestError:
+            return False
+
+    with ThreadPoolExecutor(16) as pool:
+        granted = sum(pool.map(try_once, range(16)))
+    assert granted == 5 and limiters[0].in_flight("k") == 5
+
+
+def test_token_bucket_is_shared_and_refills(opener):
+    backend, now = opener(), [0.0]
+    spec = LimitsSpec(requests_per_minute_per_key=60, burst_per_key=3)
+    a, b = ingress(backend, spec, lambda: now[0]), ingress(backend, spec, lambda: now[0])
+    assert a.acquire("k") and b.acquire("k") and a.acquire("k")  # the burst, taken through two replicas
+    with pytest.raises(RequestError) as exc:
+        b.acquire("k")
+    assert exc.value.code == "rate_limit_exceeded" and exc.value.retry_after == pytest.approx(1.0)
+    now[0] = 0.5
+    with pytest.raises(RequestError) as exc:
+        a.acquire("k")
+    assert exc.value.retry_after == pytest.approx(0.5)
+    now[0] = 1.0
+    assert b.acquire("k")  # one token back after a second at 1/s
+    assert a.acquire("other")  # other keys have their own bucket
+    now[0] = 100.0
+    assert all(a.acquire("k") for _ in range(3))  # refilled to the burst, not beyond
+    with pytest.raises(RequestError):
+        a.acquire("k")
+
+
+def test_a_rate_refusal_does_not_hold_a_concurrency_slot(opener):
+    backend = opener()
+    spec = LimitsSpec(max_concurrent_per_key=5, requests_per_minute_per_key=1, burst_per_key=1)
+    a = ingress(backend, spec, lambda: 0.0)
+    held = a.acquire("k")
+    with pytest.raises(RequestError) as exc:
+        a.acquire("k")
+    assert exc.value.code == "rate_limit_exceeded" and a.in_flight("k") == 1
+    a.release(held)
+    assert a.in_flight("k") == 0
+
+
+def test_prune_drops_expired_leases_and_full_buckets(opener):
+    backend = opener()
+    backend.acquire_lease("k", "l1", 5, now=0.0, ttl_s=10.0)
+    backend.take_token("k", now=0.0, rate_per_s=1.0, burst=2.0)
+    backend.prune(now=5.0, buckets_idle_s=10.0)
+    assert backend.count_leases("k", 5.0) == 1
+    backend.prune(now=20.0, buckets_idle_s=10.0)
+    assert backend.count_leases("k", 20.0) == 0
+    # A pruned bucket starts full again, the same as one that refilled.
+    assert backend.take_token("k", 20.0, 1.0, 2.0).granted and backend.take_token("k", 20.0, 1.0, 2.0).granted

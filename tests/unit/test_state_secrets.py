@@ -1,0 +1,104 @@
+"""The secret key outlives a deployment: configured, from the environment, or generated once into the data dir;
+clustered deployments refuse a generated key; previous keys verify signatures and open sealed reasoning."""
+
+from __future__ import annotations
+
+import stat
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.apis.responses.sealing import SealedReasoning, Sealer, SealError
+from agentserve.config import ServeArgs, StateSpec
+from agentserve.serve.state_args import settle_state
+from agentserve.state import data_dir
+from agentserve.state.secrets import GeneratedKeyRefused, load_or_create_key, resolve_secret_keys
+
+
+def resolve(tmp_path, configured=None, previous=(), env=None, multi_node=False, allow=False):
+    return resolve_secret_keys(
+        configured, previous, data_dir=tmp_path, multi_node=multi_node, allow_generated=allow, env=env or {}
+    )
+
+
+def test_configured_key_wins_then_env_then_the_kept_file(tmp_path):
+    assert resolve(tmp_path, "conf", env={"AGENTSERVE_SECRET_KEY": "env"}).current == "conf"
+    assert resolve(tmp_path, env={"AGENTSERVE_SECRET_KEY": " env "}).source == "env"
+    assert not (tmp_path / "secret_key").exists()  # nothing generated while a key is given
+    first = resolve(tmp_path)
+    assert first.source == "file" and len(first.current) == 64
+    assert stat.S_IMODE((tmp_path / "secret_key").stat().st_mode) == 0o600
+    assert resolve(tmp_path).current == first.current  # the next start (make serve again) keeps it
+
+
+def test_generated_key_is_created_once_even_by_concurrent_starters(tmp_path):
+    path = tmp_path / "nested" / "secret_key"
+    with ThreadPoolExecutor(8) as pool:
+        keys = set(pool.map(lambda _: load_or_create_key(path), range(32)))
+    assert len(keys) == 1 and path.read_text().strip() in keys
+    assert list(path.parent.iterdir()) == [path]  # no temporary files left behind
+
+
+def test_a_key_file_that_lost_its_mode_is_made_private_again(tmp_path):
+    (tmp_path / "secret_key").write_text("k" * 64 + "\n")
+    (tmp_path / "secret_key").chmod(0o644)
+    assert resolve(tmp_path).current == "k" * 64
+    assert stat.S_IMODE((tmp_path / "secret_key").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("env, multi_node", [({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False), ({}, True)])
+def test_clustered_deployments_refuse_a_generated_key_unless_allowed(tmp_path, env, multi_node):
+    with pytest.raises(GeneratedKeyRefused, match="AGENTSERVE_SECRET_KEY"):
+        resolve(tmp_path, env=env, multi_node=multi_node)
+    assert not (tmp_path / "secret_key").exists()
+    assert resolve(tmp_path, env=env, multi_node=multi_node, allow=True).source == "file"
+    assert resolve(tmp_path, env={**env, "AGENTSERVE_SECRET_KEY": "s"}, multi_node=multi_node).current == "s"
+
+
+def test_previous_keys_from_config_and_env_without_the_current_one(tmp_path):
+    keys = resolve(tmp_path, "new", previous=("old1", "new"), env={"AGENTSERVE_PREVIOUS_SECRET_KEYS": "old2, old1,,"})
+    assert keys.current == "new" and keys.previous == ("old1", "old2")
+
+
+def test_settle_state_pins_the_data_dir_and_the_key_for_every_replica(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTSERVE_SECRET_KEY", raising=False)
+    env = {"AGENTSERVE_DATA_DIR": str(tmp_path / "data"), "AGENTSERVE_PREVIOUS_SECRET_KEYS": "old"}
+    settled = settle_state(ServeArgs(), env, multi_node=False)
+    assert settled.state.data_dir == str(tmp_path / "data") and settled.previous_secret_keys == ("old",)
+    assert settled.secret_key == (tmp_path / "data" / "secret_key").read_text().strip()
+    again = settle_state(ServeArgs(), env, multi_node=False)  # a redeploy or restart: the same key
+    assert again.secret_key == settled.secret_key
+    # The settled args round-trip through the dict every deployment receives.
+    assert ServeArgs.from_any(settled.model_dump(mode="json")) == settled
+    with pytest.raises(GeneratedKeyRefused):
+        settle_state(ServeArgs(), env, multi_node=True)
+
+
+def test_data_dir_default_and_env():
+    assert data_dir(StateSpec(), {}).name == "agentserve"
+    assert str(data_dir(StateSpec(), {})).endswith(".local/share/agentserve")
+    assert str(data_dir(StateSpec(), {"AGENTSERVE_DATA_DIR": "/srv/as"})) == "/srv/as"
+    assert str(data_dir(StateSpec(data_dir="/x"), {"AGENTSERVE_DATA_DIR": "/srv/as"})) == "/x"
+
+
+def test_signatures_from_a_previous_key_verify_and_new_ones_use_the_current_key():
+    old = ThinkingSigner("old-key")
+    rotated = ThinkingSigner("new-key", previous=["old-key"])
+    sig = old.sign("I should check the file.")
+    assert rotated.verify("I should check the file.", sig)
+    assert not rotated.verify("I should check the other file.", sig)
+    assert rotated.sign("x") == ThinkingSigner("new-key").sign("x") != old.sign("x")
+    assert not ThinkingSigner("new-key").verify("I should check the file.", sig)  # without it: rejected
+    assert not ThinkingSigner("other", previous=["unrelated"]).verify("I should check the file.", sig)
+
+
+def test_reasoning_sealed_under_a_previous_key_opens_after_rotation():
+    item = SealedReasoning(text="plan: read then edit", model="m", response_id="resp_1", output_index=0)
+    blob = Sealer("old-key").seal(item)
+    rotated = Sealer("new-key", previous=("old-key",))
+    assert rotated.open(blob) == item
+    with pytest.raises(SealError, match="authentication"):
+        Sealer("new-key").open(blob)
+    with pytest.raises(SealError):
+        Sealer("old-key").open(rotated.seal(item))  # new blobs use the current key only
