@@ -189,6 +189,17 @@ class LimitsSpec(_Strict):
     lease_ttl_s: float = Field(default=30.0, ge=1)  # a concurrency slot outlives a dead ingress this long
 
 
+class DoctorSpec(_Strict):
+    """The ingress's prefix doctor (agentserve/doctor): its memory of each session's last turn.
+
+    Each ingress replica keeps up to max_bytes of last turns (4 bytes per token: 256 MiB holds ~670 sessions
+    at 100K tokens), least recently used first out. Off: no `x-agentserve-prefix` header, no prefix metrics.
+    """
+
+    enabled: bool = True
+    max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+
+
 class ServeArgs(_Strict):
     model: ModelSpec = ModelSpec()
     engine: EngineSpec = EngineSpec()
@@ -222,6 +233,8 @@ class ServeArgs(_Strict):
     previous_secret_keys: tuple[str, ...] = ()
     # A k8s or multi-node deployment refuses to start with a generated secret key unless this is true.
     allow_generated_secret_key: bool = False
+    # The prefix doctor's bounds (DoctorSpec); its trace file is trace_path.
+    doctor: DoctorSpec = DoctorSpec()
 
     @model_validator(mode="after")
     def _keys_are_digests(self) -> "ServeArgs":
