@@ -19,6 +19,7 @@ from agentserve.protocol.requests import (
     GenerationRequest,
     PreprocessedRequest,
     RouteDecision,
+    RouteRequest,
     SamplingParams,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "PreprocessedRequest",
     "ReasoningBlock",
     "RouteDecision",
+    "RouteRequest",
     "SamplingParams",
     "TextBlock",
     "ToolCallBlock",

@@ -78,6 +78,31 @@ class PreprocessedRequest(BaseModel):
     def prompt_tokens(self) -> int:
         return len(self.token_ids)
 
+    def route_request(self) -> "RouteRequest":
+        return RouteRequest(
+            request_id=self.request_id,
+            model=self.model,
+            block_hashes=self.block_hashes,
+            prompt_tokens=len(self.token_ids),
+            max_tokens=self.max_tokens,
+            hints=self.hints,
+            session_key=self.session_key,
+        )
+
+
+class RouteRequest(BaseModel):
+    """What the Router needs to place a request: block hashes and counts, never the token list."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str  # server-made, unique: the router's lease is held under it
+    model: str
+    block_hashes: list[int]
+    prompt_tokens: int
+    max_tokens: int
+    hints: AgentHints = AgentHints()
+    session_key: str = ""
+
 
 class RouteDecision(BaseModel):
     """Which engine replica serves a request, and why."""

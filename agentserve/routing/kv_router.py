@@ -12,12 +12,12 @@ import random
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Callable, Literal
+from typing import Callable, Iterable, Literal
 
-from agentserve.protocol import PreprocessedRequest, RouteDecision
+from agentserve.protocol import RouteDecision, RouteRequest
 from agentserve.routing.admission import AdmissionQueue
 from agentserve.routing.approx import ApproxIndex
-from agentserve.routing.cost import Candidate, Choice, CostConfig, choose, request_blocks
+from agentserve.routing.cost import Candidate, Choice, CostConfig, choose, request_blocks, saturated
 from agentserve.routing.index import ApplyStats, EventIndex
 from agentserve.kv_events.format import KvEvent
 from agentserve.routing.load import LoadTracker, ReplicaLoad
@@ -37,6 +37,7 @@ class RouterConfig:
     max_wait_s: float = 30.0
     retry_after_s: float = 2.0
     max_sessions: int = 100_000
+    lease_s: float = 15.0  # a routed request nobody renews (engine heartbeat) for this long is released
 
 
 @dataclass
@@ -62,7 +63,8 @@ class KvRouter:
             max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock
         )
         self._turn = 0
-        self.counters = {"routed": 0, "prefix": 0, "affinity": 0, "queued": 0}
+        self._next_sweep = 0.0
+        self.counters = {"routed": 0, "prefix": 0, "affinity": 0, "queued": 0, "lapsed": 0}
 
     # -- membership -----------------------------------------------------------
     def register(self, replica: str, *, events: bool) -> None:
@@ -131,9 +133,10 @@ class KvRouter:
         return found
 
     # -- routing -------------------------------------------------------------
-    def try_route(self, req: PreprocessedRequest) -> RouteDecision | None:
+    def try_route(self, req: RouteRequest) -> RouteDecision | None:
         """Route now, or None when every replica is saturated."""
         self.expire()
+        self.sweep_leases()
         if not self._replicas:
             return RouteDecision(replica_id=None, reason="no_replica")
         if self.cfg.mode == "round_robin":  # a baseline for benchmarks
@@ -163,7 +166,7 @@ class KvRouter:
         self._commit(req, choice, new_blocks, session)
         return RouteDecision(replica_id=choice.replica, overlap_blocks=choice.overlap_blocks, reason=choice.reason)
 
-    async def route(self, req: PreprocessedRequest) -> RouteDecision:
+    async def route(self, req: RouteRequest) -> RouteDecision:
         decision = self.try_route(req)
         if decision is not None:
             return decision
@@ -171,9 +174,10 @@ class KvRouter:
         jump = float(req.hints.priority) + float(req.hints.latency_sensitivity or 0.0)
         return await self._queue.wait(req, jump)
 
-    def route_to(self, req: PreprocessedRequest, replica: str) -> RouteDecision | None:
-        """Account a request pinned to a replica by the caller (speculative prefill); None if unknown."""
-        if replica not in self._replicas:
+    def route_to(self, req: RouteRequest, replica: str) -> RouteDecision | None:
+        """Account a request pinned to a replica by the caller (speculative prefill); None if the replica is
+        unknown or saturated: optional work never takes a slot a real request would wait for."""
+        if replica not in self._replicas or saturated(self._load.load(replica), self.cfg.cost):
             return None
         overlap = self.overlaps(req.block_hashes).get(replica, 0)
         cfg = self.cfg.cost
@@ -189,6 +193,34 @@ class KvRouter:
     def release(self, request_id: str) -> None:
         self._load.release(request_id)
         self._pump()
+
+    def report(self, first_tokens: Iterable[str] = (), finished: Iterable[str] = ()) -> None:
+        """An engine replica's batched signals: these requests produced their first token / ended."""
+        for rid in first_tokens:
+            self._load.first_token(rid)
+        for rid in finished:
+            self._load.release(rid)
+        self._pump()
+
+    def renew(self, request_ids: Iterable[str]) -> None:
+        """The serving replica still runs these requests: extend their leases."""
+        self._load.renew(request_ids, self._clock() + self.cfg.lease_s)
+
+    def sweep_leases(self, *, force: bool = False) -> list[str]:
+        """Release leases nobody renewed in time (checked at most once a second)."""
+        now = self._clock()
+        if not force and now < self._next_sweep:
+            return []
+        self._next_sweep = now + 1.0
+        gone = self._load.lapsed(now)
+        if gone:
+            self.counters["lapsed"] += len(gone)
+            self._pump()
+        return gone
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._load)
 
     def load(self, replica: str) -> ReplicaLoad:
         return self._load.load(replica)
@@ -219,12 +251,12 @@ class KvRouter:
         return self._events.index.size(replica) + self._learned.index.size(replica)
 
     @staticmethod
-    def _session_key(req: PreprocessedRequest) -> str:
+    def _session_key(req: RouteRequest) -> str:
         return req.hints.session_id or getattr(req, "session_key", "") or ""
 
-    def _commit(self, req: PreprocessedRequest, choice: Choice, new_blocks: float, session: str) -> None:
+    def _commit(self, req: RouteRequest, choice: Choice, new_blocks: float, session: str) -> None:
         uncached = max(0, req.prompt_tokens - choice.overlap_blocks * self.cfg.cost.block_size)
-        self._load.start(req.request_id, choice.replica, uncached, new_blocks)
+        self._load.start(req.request_id, choice.replica, uncached, new_blocks, self._clock() + self.cfg.lease_s)
         if self.cfg.mode not in ("least_loaded", "round_robin"):
             self._learned.learn(choice.replica, req.block_hashes)
         if session:

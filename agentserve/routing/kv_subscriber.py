@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 import msgspec
 import zmq
@@ -23,6 +23,8 @@ import zmq
 from agentserve.kv_events.format import END_SEQ, KvEvent, decode_batch, seq_bytes, seq_value
 
 logger = logging.getLogger(__name__)
+
+POLL_MS = 250
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +52,10 @@ class _Sub:
 
 
 class KvEventSubscriber:
-    def __init__(self, *, replay_timeout_s: float = 2.0) -> None:
+    def __init__(self, *, replay_timeout_s: float = 2.0, on_update: Callable[[], None] | None = None) -> None:
+        """`on_update` is called from the subscriber thread after updates were queued (wake the consumer)."""
         self._ctx = zmq.Context.instance()
+        self._on_update = on_update
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._out: queue.SimpleQueue[Update] = queue.SimpleQueue()
         self._timeout_ms = int(replay_timeout_s * 1000)
@@ -85,7 +89,8 @@ class KvEventSubscriber:
         try:
             while not self._stop.is_set():
                 self._apply_commands(subs, poller)
-                for sock, _ in poller.poll(50):
+                # Commands (add/remove) are rare; a long poll keeps an idle subscriber asleep.
+                for sock, _ in poller.poll(POLL_MS):
                     sub = next((s for s in subs.values() if s.socket is sock), None)
                     if sub is None:
                         continue
@@ -96,6 +101,8 @@ class KvEventSubscriber:
                             break
                         if len(frames) == 3:
                             self._on_batch(sub, seq_value(frames[1]), frames[2])
+                    if self._on_update is not None:
+                        self._on_update()
         finally:
             for s in subs.values():
                 s.socket.close(linger=0)

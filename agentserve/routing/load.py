@@ -2,11 +2,17 @@
 
 A routed request adds its uncached prompt tokens to the replica's pending prefill until its first
 token, and its KV blocks (prompt plus expected output: the `osl` hint, else a default) until release.
+
+Each routed request is a lease with an expiry, not a counter: whoever serves it (the engine replica)
+renews it while the request lives, and a lease nobody renews lapses. So an ingress that died, a client
+that left between admission and the engine, or a lost release message cannot hold a slot for ever.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Iterable
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +27,7 @@ class _Active:
     replica: str
     prefill_tokens: int
     blocks: float
+    expires_at: float
     prefilled: bool = False
 
 
@@ -59,11 +66,16 @@ class LoadTracker:
         a = self._active.get(request_id)
         return a.replica if a else None
 
-    def start(self, request_id: str, replica: str, prefill_tokens: int, blocks: float) -> None:
+    def __len__(self) -> int:
+        return len(self._active)
+
+    def start(
+        self, request_id: str, replica: str, prefill_tokens: int, blocks: float, expires_at: float = math.inf
+    ) -> None:
         t = self._replicas.get(replica)
         if t is None or request_id in self._active:
             return
-        self._active[request_id] = _Active(replica, prefill_tokens, blocks)
+        self._active[request_id] = _Active(replica, prefill_tokens, blocks, expires_at)
         t.in_flight += 1
         t.prefill_tokens += prefill_tokens
         t.active_blocks += blocks
@@ -77,6 +89,19 @@ class LoadTracker:
         t = self._replicas.get(a.replica)
         if t is not None:
             t.prefill_tokens -= a.prefill_tokens
+
+    def renew(self, request_ids: Iterable[str], expires_at: float) -> None:
+        for rid in request_ids:
+            a = self._active.get(rid)
+            if a is not None:
+                a.expires_at = expires_at
+
+    def lapsed(self, now: float) -> list[str]:
+        """Release every lease whose expiry passed; returns their request ids."""
+        gone = [rid for rid, a in self._active.items() if a.expires_at <= now]
+        for rid in gone:
+            self.release(rid)
+        return gone
 
     def release(self, request_id: str) -> str | None:
         self.first_token(request_id)

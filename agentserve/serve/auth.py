@@ -60,6 +60,11 @@ def current_identity() -> str | None:
     return _IDENTITY.get()
 
 
+def caller_scope() -> str:
+    """What per-caller state (stored responses, doctor sessions) is keyed by: the caller's key digest."""
+    return _IDENTITY.get() or identity_of(None)
+
+
 class KeySet:
     """The accepted key digests; filled once the ingress knows its config (the middleware exists before)."""
 

@@ -20,7 +20,49 @@ from agentserve.serve.ray_metrics import start_export
 
 logger = logging.getLogger("ray.serve")
 
-HEARTBEAT_S = 2.0
+HEARTBEAT_S = 2.0  # liveness and lease renewal; the router's lease_s must be several of these
+REPORT_DELAY_S = 0.01  # first-token / finished signals wait this long to travel to the router in one call
+
+
+class RouterSignals:
+    """Batches this replica's request signals for the router: one call carries many requests' first tokens and
+    ends, off every request's critical path. The running set renews the requests' leases on each heartbeat."""
+
+    def __init__(self, router: DeploymentHandle, replica_id: str) -> None:
+        self._router = router
+        self._replica = replica_id
+        self._first: list[str] = []
+        self._finished: list[str] = []
+        self._scheduled = False
+        self.running: set[str] = set()
+
+    def started(self, request_id: str) -> None:
+        self.running.add(request_id)
+
+    def first_token(self, request_id: str) -> None:
+        self._first.append(request_id)
+        self._schedule()
+
+    def finished(self, request_id: str) -> None:
+        self.running.discard(request_id)
+        self._finished.append(request_id)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_later(REPORT_DELAY_S, self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if not self._first and not self._finished:
+            return
+        first, self._first = self._first, []
+        finished, self._finished = self._finished, []
+        try:
+            self._router.report.remote(self._replica, first, finished)
+        except Exception:  # the router is restarting: its leases lapse on their own
+            logger.warning("router report failed", exc_info=True)
 
 
 def merge(deltas: list[EngineDelta]) -> EngineDelta:
@@ -55,6 +97,7 @@ class EngineReplica:
         await self._engine.start()
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._router = router
+        self._signals = RouterSignals(router, self._replica_id)
         self._registration = self._kv_registration()
         await self._router.register.remote(self._replica_id, self._registration)
         self._heartbeat = asyncio.create_task(self._report_forever())
@@ -74,7 +117,7 @@ class EngineReplica:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             try:
-                known = await self._router.heartbeat.remote(self._replica_id)
+                known = await self._router.heartbeat.remote(self._replica_id, list(self._signals.running))
                 if known is False:  # the router restarted: join its index again
                     await self._router.register.remote(self._replica_id, self._registration)
             except Exception:  # the router restarting must not kill the engine
@@ -98,6 +141,7 @@ class EngineReplica:
         task = asyncio.create_task(pump())
         received = time.perf_counter()
         self._admitted(request, route)
+        first = True
         try:
             ended = False
             while not ended:
@@ -112,7 +156,8 @@ class EngineReplica:
                         break
                     batch.append(nxt)
                 out = merge(batch)
-                if out.prompt_tokens is not None or out.num_cached_tokens is not None:
+                if first:
+                    first = False
                     self._first_token(request, out, time.perf_counter() - received)
                 yield out
                 ended = ended or batch[-1].finish_reason is not None
@@ -122,11 +167,13 @@ class EngineReplica:
 
     # -- load signals: Prometheus (through Ray) and Serve's autoscaler ---------------------------------------
     def _admitted(self, request: PreprocessedRequest, route: RouteDecision | None) -> None:
+        self._signals.started(request.request_id)
         expected_cached = route.overlap_blocks * self._args.engine.block_size if route else 0
         self._prefill.admitted(request.request_id, len(request.token_ids) - expected_cached)
         self._set_load_gauges(request.model)
 
     def _first_token(self, request: PreprocessedRequest, delta: EngineDelta, ttft_s: float) -> None:
+        self._signals.first_token(request.request_id)
         self._prefill.first_token(request.request_id, ttft_s)
         metrics.ENGINE_TTFT.labels(request.model).observe(ttft_s)
         metrics.ENGINE_PROMPT_TOKENS.labels(request.model).inc(delta.prompt_tokens or len(request.token_ids))
@@ -134,6 +181,7 @@ class EngineReplica:
         self._set_load_gauges(request.model)
 
     def _finished(self, request: PreprocessedRequest) -> None:
+        self._signals.finished(request.request_id)
         self._prefill.finished(request.request_id)
         self._set_load_gauges(request.model)
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from agentserve.protocol import AgentHints, GenerationRequest
 from agentserve.protocol.errors import RequestError
+from agentserve.serve.auth import current_identity
 
 HEADER = "x-agentserve-"
 _FIELDS = {  # hint -> parser
@@ -77,3 +78,14 @@ def with_hints(gen: GenerationRequest, headers: Mapping[str, str], body: Any) ->
     """The decoded request with hints from the body's `nvext` and the `x-agentserve-*` headers applied."""
     hints = extract_hints(headers, body, gen.hints)
     return gen if hints is gen.hints else gen.model_copy(update={"hints": hints})
+
+
+def authorize_hints(gen: GenerationRequest, priority_keys: tuple[str, ...]) -> GenerationRequest:
+    """Clamp `priority` / `latency_sensitivity` to the default unless the caller's key may raise them
+    (`router.priority_keys`: key digests, or "*" for everyone). Other hints are the caller's own business."""
+    h = gen.hints
+    if h.priority == 0 and h.latency_sensitivity is None:
+        return gen
+    if "*" in priority_keys or current_identity() in priority_keys:
+        return gen
+    return gen.model_copy(update={"hints": h.model_copy(update={"priority": 0, "latency_sensitivity": None})})

@@ -32,7 +32,7 @@ from agentserve.serve.handlers.responses import ResponsesHandler
 from agentserve.serve.faults import ErrorBoundaryMiddleware
 from agentserve.serve.http import describe_validation, parse_body
 from agentserve.serve.limits import KeyLimitsMiddleware
-from agentserve.serve.pipeline import Pipeline
+from agentserve.serve.lifecycle import RequestPath
 from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.request_id import RequestIdMiddleware
 
@@ -107,15 +107,7 @@ class Ingress:
             args=config,
             catalog=Catalog([config.model]),
             tokenizer=tokenizer,
-            pipeline=Pipeline(
-                preprocessor=preprocessor,
-                router=router,
-                engine=engine,
-                tokenizer=tokenizer,
-                trace_path=config.trace_path,
-                block_size=config.engine.block_size,
-                speculative_prefill=config.router.speculative_prefill,
-            ),
+            path=RequestPath(config, preprocessor=preprocessor, router=router, engine=engine, tokenizer=tokenizer),
             preprocessor=preprocessor,
         )
         self._chat = ChatCompletionsHandler(self._ctx)

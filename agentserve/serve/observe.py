@@ -1,6 +1,6 @@
-"""Per-request observations the pipeline makes: request id into Serve's logs, route, parser and tool timing.
+"""Per-request observations the request lifecycle makes: request id into Serve's logs, route, parser and tool timing.
 
-Kept out of pipeline.py so the request path reads as the request path.
+Kept out of lifecycle.py so the request path reads as the request path.
 """
 
 from __future__ import annotations

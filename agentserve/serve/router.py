@@ -15,14 +15,12 @@ from typing import Any
 from ray import serve
 
 from agentserve.config import ServeArgs
-from agentserve.protocol import PreprocessedRequest, RouteDecision
+from agentserve.protocol import RouteDecision, RouteRequest
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import KvRouter, RouterConfig
 from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset
 
 logger = logging.getLogger("ray.serve")
-
-DRAIN_S = 0.02
 
 
 def router_config(args: ServeArgs) -> RouterConfig:
@@ -43,41 +41,58 @@ def router_config(args: ServeArgs) -> RouterConfig:
         max_waiting=r.max_waiting,
         max_wait_s=r.max_wait_s,
         retry_after_s=r.retry_after_s,
+        lease_s=r.lease_s,
     )
 
 
-# Access logs off: every engine replica heartbeats here every few seconds.
+# Access logs off: every engine replica heartbeats and reports here.
 @serve.deployment(name="Router", num_replicas=1, max_ongoing_requests=4096, logging_config={"enable_access_log": False})
 class RouterReplica:
+    """Nothing here runs on a timer: KV events wake the loop when they arrive, leases lapse when looked at
+    (on routing, reports and heartbeats), so an idle router costs nothing."""
+
     def __init__(self, args: dict[str, Any]) -> None:
         self._args = ServeArgs.from_any(args)
         self._router = KvRouter(router_config(self._args))
-        self._subscriber = KvEventSubscriber() if self._args.router.policy == "kv" else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_pending = False
+        self._subscriber = (
+            KvEventSubscriber(on_update=self._wake) if self._args.router.policy == "kv" else None
+        )
         self._endpoints: dict[str, str] = {}
-        self._pump: asyncio.Task | None = None
 
-    def _ensure_pump(self) -> None:
-        if self._pump is None or self._pump.done():
-            self._pump = asyncio.get_running_loop().create_task(self._drain_forever())
+    def _bind_loop(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
 
-    async def _drain_forever(self) -> None:
-        while True:
-            await asyncio.sleep(DRAIN_S)
-            try:
-                self._drain()
-                for replica in self._router.expire():
-                    self._forget(replica, "stopped heartbeating")
-            except Exception:
-                logger.exception("router drain failed")
+    def _wake(self) -> None:
+        """From the subscriber thread: schedule one drain on the router's loop (coalesced)."""
+        loop = self._loop
+        if loop is None or self._drain_pending:
+            return
+        self._drain_pending = True
+        try:
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop closed: the replica is shutting down
+            pass
 
     def _drain(self) -> None:
+        self._drain_pending = False
         if self._subscriber is None:
             return
-        for update in self._subscriber.drain():
-            if isinstance(update, Events):
-                self._router.apply_events(update.replica, update.events)
-            elif isinstance(update, Reset):
-                self._router.forget_cache(update.replica)
+        try:
+            for update in self._subscriber.drain():
+                if isinstance(update, Events):
+                    self._router.apply_events(update.replica, update.events)
+                elif isinstance(update, Reset):
+                    self._router.forget_cache(update.replica)
+        except Exception:
+            logger.exception("router drain failed")
+
+    def _housekeeping(self) -> None:
+        for replica in self._router.expire():
+            self._forget(replica, "stopped heartbeating")
+        self._router.sweep_leases()
 
     def _forget(self, replica: str, why: str) -> None:
         if self._subscriber is not None and self._endpoints.pop(replica, None):
@@ -86,7 +101,7 @@ class RouterReplica:
 
     # -- engine replicas -------------------------------------------------------
     async def register(self, replica_id: str, info: dict[str, Any] | None = None) -> None:
-        self._ensure_pump()
+        self._bind_loop()
         info = info or {}
         endpoint = info.get("kv_endpoint")
         events = self._subscriber is not None and endpoint is not None
@@ -96,33 +111,43 @@ class RouterReplica:
             self._subscriber.add(replica_id, endpoint, info.get("replay_endpoint"))
         logger.info("engine replica %s joined the router (%s)", replica_id, endpoint or "approximate index")
 
-    async def heartbeat(self, replica_id: str) -> bool:
-        self._ensure_pump()
-        return self._router.heartbeat(replica_id)
+    async def heartbeat(self, replica_id: str, running: list[str] | None = None) -> bool:
+        """Liveness plus lease renewal for the requests the replica still runs. False: unknown replica
+        (the router restarted), which should register again."""
+        self._bind_loop()
+        known = self._router.heartbeat(replica_id)
+        if known and running:
+            self._router.renew(running)
+        self._housekeeping()
+        return known
+
+    async def report(self, replica_id: str, first_tokens: list[str], finished: list[str]) -> None:
+        """An engine replica's batched request signals (first token, ended): never on a request's critical path."""
+        self._router.report(first_tokens, finished)
 
     async def deregister(self, replica_id: str) -> None:
         self._router.remove(replica_id)
         self._forget(replica_id, "deregistered")
 
     async def replica_failed(self, replica_id: str) -> None:
-        """The ingress saw this replica's stream die: stop routing to it now."""
+        """The ingress saw this replica's actor die under a stream: stop routing to it now."""
         if replica_id in self._router.replicas():
             self._router.remove(replica_id)
-            self._forget(replica_id, "stream failed")
+            self._forget(replica_id, "actor died")
 
     # -- requests ----------------------------------------------------------------
-    async def route(self, request: PreprocessedRequest) -> RouteDecision:
+    async def route(self, request: RouteRequest) -> RouteDecision:
+        """Place a request and lease it a slot (released by the engine's report, the ingress, or expiry)."""
+        self._bind_loop()
         self._drain()
         return await self._router.route(request)
 
-    async def route_to(self, request: PreprocessedRequest, replica_id: str) -> RouteDecision | None:
+    async def route_to(self, request: RouteRequest, replica_id: str) -> RouteDecision | None:
         self._drain()
         return self._router.route_to(request, replica_id)
 
-    async def first_token(self, request_id: str) -> None:
-        self._router.first_token(request_id)
-
     async def release(self, request_id: str) -> None:
+        """The ingress's release for a request the engine never started (client gone, error before the stream)."""
         self._router.release(request_id)
 
     # -- introspection -------------------------------------------------------------
@@ -131,8 +156,10 @@ class RouterReplica:
 
     async def stats(self) -> dict[str, Any]:
         self._drain()
+        self._router.sweep_leases(force=True)
         return {
             "replicas": self._router.snapshot(),
+            "in_flight": self._router.in_flight,
             "waiting": self._router.waiting,
             "rejected": self._router.rejected,
             "counters": dict(self._router.counters),

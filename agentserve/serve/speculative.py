@@ -3,11 +3,16 @@
 Dynamo replays only the text content; an agent turn is mostly reasoning and tool calls, so here the
 assistant turn is rebuilt from the streamed events (reasoning, text and tool calls, in order, with the
 ids the client saw) and rendered through the same template and replay policy as the next request
-will be. The next request then finds that prefix warm. Pure functions; the pipeline runs them.
+will be. The next request then finds that prefix warm.
+
+It is optional work: it runs only on an unsaturated replica (the router refuses it otherwise) and at most
+`max_in_flight` at a time per ingress replica; beyond that a turn is simply not speculated on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any, Iterable
 
 from agentserve.preprocess.block_hash import block_hashes
@@ -22,6 +27,8 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.events import ReasoningDelta, TextDelta, ToolCallEnd, ToolCallStart
+
+logger = logging.getLogger("ray.serve")
 
 
 class TurnCollector:
@@ -70,3 +77,50 @@ def prefill_request(
         hints=hints.model_copy(update={"speculative_prefill": False, "osl": 1}),
         max_tokens=1,
     )
+
+
+class SpeculativePrefill:
+    """Runs speculative prefills after finished turns, bounded in number, never past a saturated replica."""
+
+    def __init__(
+        self, *, preprocessor: Any, router: Any, engine: Any, block_size: int, enabled: bool, max_in_flight: int
+    ) -> None:
+        self._pre = preprocessor
+        self._router = router
+        self._engine = engine  # a streaming handle
+        self._block_size = block_size
+        self.enabled = enabled and max_in_flight > 0
+        self._max = max_in_flight
+        self._tasks: set[asyncio.Task] = set()
+        self.skipped = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def after(self, request: Any, pre: PreprocessedRequest, route: Any, collector: TurnCollector) -> None:
+        turn = collector.turn()
+        if turn is None or route is None or route.replica_id is None:
+            return
+        if len(self._tasks) >= self._max:
+            self.skipped += 1
+            return
+        task = asyncio.get_running_loop().create_task(self._prefill(request, pre, route.replica_id, turn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _prefill(self, request: Any, pre: PreprocessedRequest, replica: str, turn: Turn) -> None:
+        spec = None
+        try:
+            conv = next_turn_prefix(request.conversation, turn)
+            ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False)
+            spec = prefill_request(pre.request_id, pre.model, ids, self._block_size, pre.hints)
+            route = await self._router.route_to.remote(spec.route_request(), replica)
+            if route is None:  # the replica is saturated (or gone): real requests come first
+                return
+            async for _ in self._engine.generate.remote(spec, route):
+                pass
+        except Exception:
+            logger.warning("speculative prefill after %s failed", pre.request_id, exc_info=True)
+            if spec is not None:
+                self._router.release.remote(spec.request_id)

@@ -1,1 +1,1 @@
-"""One handler per wire API: decode the HTTP request, run the pipeline, encode the reply."""
+"""One handler per wire API: decode the HTTP request, run the request lifecycle (serve/lifecycle.py), encode the reply."""

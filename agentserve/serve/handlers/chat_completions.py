@@ -1,20 +1,44 @@
-"""POST /v1/chat/completions."""
+"""POST /v1/chat/completions: decode, run the request lifecycle, encode."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from agentserve import metrics
 from agentserve.apis import chat_completions
+from agentserve.apis.chat_completions.encode import DONE, ChatEncoder
 from agentserve.protocol import NamedToolChoice
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.context import IngressContext
 from agentserve.serve.hints import with_hints
-from agentserve.serve.http import SSE_HEADERS, parse_body, request_id
-from agentserve.serve.pipeline import ParseOptions
+from agentserve.serve.http import parse_body
+from agentserve.serve.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
+
+
+class ChatWire:
+    """Chat Completions chunks as a WireStream; keep-alive is an SSE comment (SDKs skip it)."""
+
+    def __init__(self, encoder: ChatEncoder) -> None:
+        self._enc = encoder
+
+    def opening(self) -> bytes:
+        return self._enc.start()
+
+    def encode(self, events: list[Any]) -> bytes:
+        return b"".join(self._enc.encode(events))
+
+    def keepalive(self) -> bytes:
+        return SSE_COMMENT_KEEPALIVE
+
+    def failure(self, err: RequestError) -> bytes:
+        return self._enc.error_chunk(err.message, code=err.code)
+
+    def closing(self) -> bytes:
+        return DONE
 
 
 class ChatCompletionsHandler:
@@ -28,35 +52,32 @@ class ChatCompletionsHandler:
             body = await parse_body(request, chat_completions.ChatCompletionRequest)
             model = self._ctx.catalog.resolve(body.model)
             model_name = model.id
-            rid = request_id(request)
-            gen = with_hints(chat_completions.decode(body, request_id=rid, model=model.id), request.headers, body)
-            pre = await self._ctx.pipeline.prepare(gen)
-            route = await self._ctx.pipeline.admit(pre, gen)  # 503 + Retry-After here, not inside a stream
+            rid = self._ctx.request_id()
+            gen = chat_completions.decode(body, request_id=rid, model=model.id)
+            gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
             choice = gen.conversation.tool_choice
             options = ParseOptions(
                 tools=[t.openai_schema() for t in gen.conversation.tools],
                 parse_tool_calls=choice != "none",
             )
-            encoder = chat_completions.ChatEncoder(
+            encoder = ChatEncoder(
                 completion_id=f"chatcmpl-{rid}",
                 model=body.model,
                 include_usage=bool(body.stream_options and body.stream_options.include_usage),
                 tool_dispatch=self._ctx.args.enable_streaming_tool_dispatch,
                 required_tool=choice.name if isinstance(choice, NamedToolChoice) else choice == "required",
             )
-            events = self._ctx.pipeline.events(pre, model, options, api="chat", arrived=arrived, route=route)
-            if body.stream:
-                headers = {**SSE_HEADERS, **self._ctx.pipeline.prefix_headers(pre)}
-                return StreamingResponse(encoder.stream(events), media_type="text/event-stream", headers=headers)
-            headers = self._ctx.pipeline.prefix_headers(pre)
-            collected = [ev async for batch in events for ev in batch]
-            result = encoder.response(collected)
-            if encoder.finish is not None and encoder.finish.reason == "error":
-                raise RequestError("overloaded", encoder.finish.error or "engine error", retry_after=1.0)  # retryable
-            missing = encoder.missing_required_call()
-            if missing:
-                raise RequestError("internal", missing, code="tool_call_missing")
-            return JSONResponse(result, headers=headers)
+            async with self._ctx.begin(request, gen, model, options, api="chat", arrived=arrived) as life:
+                await life.admit()  # 4xx / 503 + Retry-After here, never inside a 200 stream
+                if body.stream:
+                    return life.streaming_response(ChatWire(encoder))
+                result = encoder.response(await life.collect())
+                if encoder.finish is not None and encoder.finish.reason == "error":
+                    raise RequestError("overloaded", encoder.finish.error or "engine error", retry_after=1.0)
+                missing = encoder.missing_required_call()
+                if missing:
+                    raise RequestError("internal", missing, code="tool_call_missing")
+                return JSONResponse(result, headers=life.headers())
         except RequestError as err:
             status = err.status
             raise

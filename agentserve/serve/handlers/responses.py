@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -18,25 +17,16 @@ from agentserve.apis import responses
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import StoredResponse
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.auth import current_identity
+from agentserve.protocol.events import Finish
+from agentserve.serve.auth import caller_scope
 from agentserve.serve.context import IngressContext
 from agentserve.serve.hints import with_hints
-from agentserve.serve.http import SSE_HEADERS, parse_body, request_id
-from agentserve.serve.pipeline import ParseOptions
+from agentserve.serve.http import SSE_HEADERS, parse_body
+from agentserve.serve.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
 
 logger = logging.getLogger("ray.serve")
 
 _ITEMS = TypeAdapter(list[responses.InputItem])
-
-
-def owner_of(request: Request) -> str:
-    """Stored responses are scoped to the caller's API key (hashed; the key itself is never kept): the
-    identity the auth middleware established, so `Bearer K` and `x-api-key: K` are the same owner."""
-    identity = current_identity()
-    if identity is not None:
-        return identity
-    key = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def _call_id() -> str:
@@ -49,11 +39,33 @@ def _not_found(response_id: str, param: str | None = None) -> RequestError:
     )
 
 
+class ResponsesWire:
+    """Responses stream events as a WireStream; keep-alive is an SSE comment (Codex's parser skips it)."""
+
+    def __init__(self, encoder: responses.ResponsesEncoder) -> None:
+        self._enc = encoder
+
+    def opening(self) -> bytes:
+        return b"".join(self._enc.start())
+
+    def encode(self, events: list[Any]) -> bytes:
+        return b"".join(self._enc.encode(events))
+
+    def keepalive(self) -> bytes:
+        return SSE_COMMENT_KEEPALIVE
+
+    def failure(self, err: RequestError) -> bytes:
+        return b"".join(self._enc.encode([Finish("error", err.message)]))
+
+    def closing(self) -> bytes:
+        return b""
+
+
 class ResponsesHandler:
     def __init__(self, ctx: IngressContext, store: DeploymentHandle | None) -> None:
         self._ctx = ctx
         self._store = store
-        self._sealer = responses.Sealer(ctx.args.secret_key)
+        self._sealer = responses.Sealer(ctx.args.secret_key, previous=ctx.args.previous_secret_keys)
 
     async def _history(self, body: responses.ResponsesRequest, owner: str) -> list[Any]:
         if not body.previous_response_id:
@@ -70,12 +82,11 @@ class ResponsesHandler:
             body = await parse_body(request, responses.ResponsesRequest)
             model = self._ctx.catalog.resolve(body.model)
             model_name = model.id
-            rid = request_id(request)
-            owner = owner_of(request)
+            owner = caller_scope()
             history = await self._history(body, owner)
             decoded = responses.decode(
                 body,
-                request_id=rid,
+                request_id=self._ctx.request_id(),
                 model=model.id,
                 sealer=self._sealer,
                 history=history,
@@ -100,17 +111,7 @@ class ResponsesHandler:
                 sealer=self._sealer,
                 count_tokens=lambda text: len(self._ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0,
             )
-            gen = with_hints(decoded.request, request.headers, body)
-            try:
-                pre = await self._ctx.pipeline.prepare(gen)
-            except RequestError as err:
-                if body.stream and err.code == "context_length_exceeded":
-                    # As OpenAI does: a terminal `response.failed`, which Codex turns into its
-                    # context-window error (and compaction) rather than a generic HTTP failure.
-                    failed = encoder.failed(err.code, err.message)
-                    return StreamingResponse(iter(failed), media_type="text/event-stream", headers=SSE_HEADERS)
-                raise
-            route = await self._ctx.pipeline.admit(pre, gen)  # 503 + retry-after here, not inside a stream
+            gen = self._ctx.authorized_hints(with_hints(decoded.request, request.headers, body))
             conv = gen.conversation
             options = ParseOptions(
                 tools=[t.openai_schema() for t in conv.tools],
@@ -118,34 +119,34 @@ class ResponsesHandler:
                 id_factory=_call_id,
             )
             inputs = history + ([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
-            events = self._ctx.pipeline.events(pre, model, options, api="responses", arrived=arrived, route=route)
-            headers = self._ctx.pipeline.prefix_headers(pre)  # read before the stream ends
             store = body.store is not False and self._store is not None
-            if body.stream:
-                return StreamingResponse(
-                    self._stream(encoder, events, inputs, owner, store),
-                    media_type="text/event-stream",
-                    headers={**SSE_HEADERS, **headers},
-                )
-            result = encoder.response([ev async for batch in events for ev in batch])
-            if encoder.status == "failed":
-                raise RequestError("overloaded", (encoder.error or {}).get("message", "engine error"), retry_after=1.0)
-            if store:
-                await self._save(encoder, inputs, owner)
-            return JSONResponse(result, headers=headers)
+            async with self._ctx.begin(request, gen, model, options, api="responses", arrived=arrived) as life:
+                try:
+                    await life.admit()  # 503 + retry-after here, not inside a stream
+                except RequestError as err:
+                    if body.stream and err.code == "context_length_exceeded":
+                        # As OpenAI does: a terminal `response.failed`, which Codex turns into its
+                        # context-window error (and compaction) rather than a generic HTTP failure.
+                        failed = encoder.failed(err.code, err.message)
+                        return StreamingResponse(iter(failed), media_type="text/event-stream", headers=SSE_HEADERS)
+                    raise
+
+                async def save() -> None:  # before the terminal event goes out: a follow-up may come at once
+                    if store and encoder.status != "failed":
+                        await self._save(encoder, inputs, owner)
+
+                if body.stream:
+                    return life.streaming_response(ResponsesWire(encoder), before_end=save)
+                result = encoder.response(await life.collect())
+                if encoder.status == "failed":
+                    raise RequestError("overloaded", (encoder.error or {}).get("message", "engine error"), retry_after=1.0)
+                await save()
+                return JSONResponse(result, headers=life.headers())
         except RequestError as err:
             status = err.status
             raise
         finally:
             metrics.REQUESTS.labels("responses", model_name, str(status)).inc()
-
-    async def _stream(
-        self, encoder: responses.ResponsesEncoder, events: AsyncIterator[list[Any]], inputs: list[Any], owner: str, store: bool
-    ) -> AsyncIterator[bytes]:
-        async for chunk in encoder.stream(events):
-            yield chunk
-        if store and encoder.status != "failed":
-            await self._save(encoder, inputs, owner)
 
     async def _save(self, encoder: responses.ResponsesEncoder, inputs: list[Any], owner: str) -> None:
         history = [i.model_dump(mode="json", exclude_none=True) for i in inputs] + list(encoder.items)
@@ -154,13 +155,13 @@ class ResponsesHandler:
             logger.warning("response %s is larger than the whole store; not stored", encoder.id)
 
     async def retrieve(self, request: Request, response_id: str) -> Response:
-        entry = await self._store.get.remote(response_id, owner_of(request)) if self._store else None
+        entry = await self._store.get.remote(response_id, caller_scope()) if self._store else None
         if entry is None:
             raise _not_found(response_id)
         return JSONResponse(entry.response)
 
     async def delete(self, request: Request, response_id: str) -> Response:
-        deleted = await self._store.delete.remote(response_id, owner_of(request)) if self._store else False
+        deleted = await self._store.delete.remote(response_id, caller_scope()) if self._store else False
         if not deleted:
             raise _not_found(response_id)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})

@@ -1,0 +1,372 @@
+"""One generation request's life, the same for every wire API: admit -> engine stream -> postprocess -> release.
+
+`RequestPath` is the ingress replica's shared half (deployment handles, tokenizer, prefix doctor);
+`RequestLifecycle` is one request and owns everything it holds: its router lease, its engine stream, its
+doctor record. Every exit (normal end, client gone at any stage, engine failure, ingress error, timeout)
+goes through `close()`, which is synchronous and idempotent so it can run from any `finally`. Each API
+contributes only a decoder (before `begin`) and a `WireStream` encoder (bytes in its own idiom).
+
+    async with path.begin(gen, model, options, api="chat", arrived=t0) as life:
+        await life.admit()                      # 4xx / 503 here, before any byte is sent
+        return life.streaming_response(wire)    # or: events = await life.collect()
+
+Only an engine replica's death marks it failed in the router; an exception in the ingress's own code
+(detokenizer, parsers, encoders) ends that one request with its API's error and a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+
+from ray.exceptions import RayActorError
+from ray.serve.handle import DeploymentHandle
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from agentserve import metrics
+from agentserve.config import ModelSpec, ServeArgs
+from agentserve.doctor import PrefixReport
+from agentserve.postprocess import Postprocessor
+from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest, RouteDecision
+from agentserve.protocol.errors import RequestError
+from agentserve.serve.http import SSE_HEADERS
+from agentserve.serve.observe import StreamObserver, bind_request_id, observe_route
+from agentserve.serve.prefix_doctor import PrefixDoctorClient
+from agentserve.serve.speculative import SpeculativePrefill, TurnCollector
+
+logger = logging.getLogger("ray.serve")
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """How to parse one request's output (decided by the API from the request)."""
+
+    tools: list[dict[str, Any]]
+    parse_tool_calls: bool = True
+    # None: as the request's thinking switch says; True: always (the API's encoder decides what to show).
+    parse_reasoning: bool | None = None
+    id_factory: Callable[[], str] | None = None
+
+
+class WireStream(Protocol):
+    """What an API contributes to a streamed reply: bytes in its own idiom."""
+
+    def opening(self) -> bytes: ...
+
+    def encode(self, events: list[Any]) -> bytes: ...
+
+    def keepalive(self) -> bytes: ...
+
+    def failure(self, err: RequestError) -> bytes: ...
+
+    def closing(self) -> bytes: ...
+
+
+SSE_COMMENT_KEEPALIVE = b": keep-alive\n\n"  # valid SSE that every client's parser skips
+
+
+def engine_died(exc: BaseException) -> bool:
+    """The engine replica's actor is gone (not: the ingress failed, or the engine reported an error)."""
+    return isinstance(exc, RayActorError)
+
+
+class RequestPath:
+    """The ingress replica's shared request path: one per replica, one `RequestLifecycle` per request."""
+
+    def __init__(
+        self,
+        args: ServeArgs,
+        *,
+        preprocessor: DeploymentHandle,
+        router: DeploymentHandle,
+        engine: DeploymentHandle,
+        tokenizer: Any,
+    ) -> None:
+        self.args = args
+        self.preprocessor = preprocessor
+        self.router = router
+        self.engine = engine.options(stream=True)
+        self.tokenizer = tokenizer
+        self.doctor = PrefixDoctorClient(args, tokenizer)
+        self.speculative = SpeculativePrefill(
+            preprocessor=preprocessor,
+            router=router,
+            engine=self.engine,
+            block_size=args.engine.block_size,
+            enabled=args.router.speculative_prefill,
+            max_in_flight=args.router.max_speculative_prefills,
+        )
+
+    def begin(
+        self,
+        request: GenerationRequest,
+        model: ModelSpec,
+        options: ParseOptions,
+        *,
+        api: str,
+        scope: str,
+        arrived: float,
+        client_request_id: str | None = None,
+    ) -> "RequestLifecycle":
+        return RequestLifecycle(
+            self, request, model, options, api=api, scope=scope, arrived=arrived, client_request_id=client_request_id
+        )
+
+
+class RequestLifecycle:
+    def __init__(
+        self,
+        path: RequestPath,
+        request: GenerationRequest,
+        model: ModelSpec,
+        options: ParseOptions,
+        *,
+        api: str,
+        scope: str,
+        arrived: float,
+        client_request_id: str | None,
+    ) -> None:
+        self._path = path
+        self.request = request
+        self.model = model
+        self._options = options
+        self._api = api
+        self._scope = scope  # the caller's identity: doctor sessions never mix callers
+        self._arrived = arrived
+        self._client_id = client_request_id
+        self.pre: PreprocessedRequest | None = None
+        self.route: RouteDecision | None = None
+        self.report: PrefixReport | None = None
+        self.post: Postprocessor | None = None
+        self._stream: Any = None  # the engine's DeploymentResponseGenerator once opened
+        self._pending: asyncio.Future | None = None
+        self._owned_by_response = False
+        self._ended_normally = False
+        self._closed = False
+        self._observer = StreamObserver(model.id)
+        self._collector: TurnCollector | None = None
+
+    @property
+    def id(self) -> str:
+        return self.request.request_id
+
+    # -- context manager: an exception anywhere before a response owns the request releases it -------------
+    async def __aenter__(self) -> "RequestLifecycle":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if not self._owned_by_response:
+            self.close()
+
+    # -- admission -------------------------------------------------------------------------------------------
+    async def admit(self) -> PreprocessedRequest:
+        """Render and tokenize, then lease an engine slot: a saturated cluster answers 503/529 here, not
+        inside a 200 stream. The prefix check runs beside the routing call, off the event loop."""
+        bind_request_id(self.id)
+        if self._client_id:
+            logger.debug("request %s carries client id %s", self.id, self._client_id)
+        started = time.perf_counter()
+        pre = await self._path.preprocessor.preprocess.remote(self.request)
+        routing = time.perf_counter()
+        metrics.QUEUE_TIME.labels(pre.model, "preprocess").observe(routing - started)
+        self.pre = pre
+        session = self._session()
+        check = asyncio.ensure_future(self._path.doctor.check(session, pre.token_ids)) if session else None
+        try:
+            self.route = await self._path.router.route.remote(pre.route_request())
+        except RequestError:  # refused (saturated): nothing was leased
+            if check is not None:
+                check.cancel()
+            raise
+        except BaseException:  # cancelled (client gone) or the router died: it may have leased before we left
+            if check is not None:
+                check.cancel()
+            self._path.router.release.remote(self.id)
+            raise
+        observe_route(self.route, time.perf_counter() - routing, self.model.id)
+        if check is not None:
+            self.report = await check
+            self._path.doctor.observe(pre.model, self.report)
+        if pre.replay_reordered:
+            metrics.REPLAY_REORDERED.labels(pre.model).inc(pre.replay_reordered)
+        if self.request.hints.speculative_prefill and self._path.speculative.enabled:
+            self._collector = TurnCollector()
+        return pre
+
+    def _session(self) -> str:
+        return f"{self._scope}/{self.pre.session_key}" if self.pre and self.pre.session_key else ""
+
+    def headers(self) -> dict[str, str]:
+        """`x-agentserve-prefix`: how much of the session's previous turn this prompt reuses, and why not all."""
+        return {"x-agentserve-prefix": self.report.header()} if self.report else {}
+
+    # -- the engine stream ---------------------------------------------------------------------------------
+    def _open(self) -> None:
+        assert self.pre is not None and self.route is not None, "admit() first"
+        pre, opts, model = self.pre, self._options, self.model
+        reasoning = pre.parse_reasoning if opts.parse_reasoning is None else opts.parse_reasoning
+        self.post = Postprocessor(
+            self._path.tokenizer,
+            reasoning_parser=model.reasoning_parser if reasoning else None,
+            tool_call_parser=model.tool_call_parser if opts.parse_tool_calls else None,
+            tools=opts.tools,
+            stop=pre.sampling.stop,
+            reasoning_started=pre.reasoning_started,
+            skip_special_tokens=model.skip_special_tokens,
+            id_factory=opts.id_factory,
+        )
+        self._stream = self._path.engine.generate.remote(pre, self.route)
+        self._first_at: float | None = None
+        self._last_at: float | None = None
+
+    def _engine_failed(self, exc: BaseException) -> EngineDelta:
+        logger.warning("engine stream for %s failed: %r", self.id, exc)
+        if engine_died(exc) and self.route is not None and self.route.replica_id is not None:
+            self._path.router.replica_failed.remote(self.route.replica_id)
+        return EngineDelta(token_ids=[], finish_reason="error", error=f"engine failure: {type(exc).__name__}")
+
+    def _events(self, delta: EngineDelta) -> list[Any]:
+        """Postprocess one delta (ingress-side work: its exceptions are the ingress's, not the engine's)."""
+        now = time.perf_counter()
+        if self._first_at is None:
+            self._first_at = now
+            metrics.TTFT.labels(self._api, self.model.id).observe(now - self._arrived)
+        elif delta.token_ids and self._last_at is not None:
+            metrics.ITL.labels(self.model.id).observe((now - self._last_at) / len(delta.token_ids))
+        self._last_at = now
+        events = self.post.feed(delta)
+        if events:
+            self._observer.events(events)
+            if self._collector is not None:
+                self._collector.feed(events)
+        if self.post.finish_reason is not None:
+            self._ended_normally = self.post.finish_reason in ("stop", "length")
+        return events
+
+    async def _next_delta(self, timeout: float | None) -> EngineDelta | None:
+        """The next engine delta; None when `timeout` passed first (the pending read is kept for next time)."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._stream.__anext__())
+        if timeout is not None:
+            done, _ = await asyncio.wait((self._pending,), timeout=timeout)
+            if not done:
+                return None
+        fut, self._pending = self._pending, None
+        try:
+            return await fut
+        except StopAsyncIteration:
+            return EngineDelta(token_ids=[], finish_reason="error", error="the engine stream ended early")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the engine side of the hop failed
+            return self._engine_failed(exc)
+
+    async def collect(self) -> list[Any]:
+        """Every event of a non-streamed reply. Always closes the request."""
+        try:
+            self._open()
+            out: list[Any] = []
+            while self.post.finish_reason is None:
+                delta = await self._next_delta(None)
+                out.extend(self._events(delta))
+            return out
+        finally:
+            self.close()
+
+    def streaming_response(
+        self,
+        wire: WireStream,
+        *,
+        headers: dict[str, str] | None = None,
+        before_end: Callable[[], Awaitable[None]] | None = None,
+    ) -> StreamingResponse:
+        """The SSE response; from here the response owns the request and closes it however it ends.
+        `before_end` runs once the turn has ended, before its last bytes go out (e.g. storing the response, so
+        a follow-up that the client sends the moment it sees the end finds it)."""
+        self._owned_by_response = True
+        return _LifecycleResponse(
+            self,
+            self._sse(wire, before_end),
+            media_type="text/event-stream",
+            headers={**SSE_HEADERS, **self.headers(), **(headers or {})},
+        )
+
+    async def _sse(
+        self, wire: WireStream, before_end: Callable[[], Awaitable[None]] | None
+    ) -> AsyncIterator[bytes]:
+        interval = self._path.args.keepalive_interval_s
+        try:
+            yield wire.opening()
+            self._open()
+            while True:
+                delta = await self._next_delta(interval)
+                if delta is None:  # a long prefill or a gap: tell idle-timeout clients we are alive
+                    yield wire.keepalive()
+                    continue
+                try:
+                    chunk = wire.encode(self._events(delta))
+                except Exception as exc:  # noqa: BLE001 - an ingress bug ends this request only
+                    logger.exception("request %s: postprocessing failed", self.id)
+                    yield wire.failure(RequestError("internal", f"stream failed: {type(exc).__name__}"))
+                    return
+                if self.post.finish_reason is not None:
+                    if before_end is not None:
+                        try:
+                            await before_end()
+                        except Exception:  # noqa: BLE001 - e.g. the store is down: the turn itself still ends
+                            logger.exception("request %s: end-of-turn step failed", self.id)
+                    yield chunk + wire.closing()
+                    return
+                if chunk:
+                    yield chunk
+        finally:
+            self.close()
+
+    # -- the end -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release everything this request holds. Synchronous and idempotent: safe in any `finally`."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        if self._stream is not None:
+            self._stream.cancel()  # no-op when finished; aborts the engine request otherwise
+        if not self._ended_normally and self.route is not None:
+            # The engine reports its own ends; this covers requests it may never have seen.
+            self._path.router.release.remote(self.id)
+        post = self.post
+        if post is None:
+            return
+        self._observer.finished()
+        model = self.model.id
+        metrics.PROMPT_TOKENS.labels(model).inc(post.prompt_tokens)
+        metrics.CACHED_TOKENS.labels(model).inc(post.cached_tokens)
+        metrics.COMPLETION_TOKENS.labels(model).inc(post.completion_tokens)
+        if post.prompt_tokens:
+            metrics.CACHED_RATIO.labels(model).observe(post.cached_tokens / post.prompt_tokens)
+        if self._ended_normally and self.pre is not None:
+            session = self._session()
+            if session:
+                self._path.doctor.record(session, self.pre.token_ids, post.output_ids)
+            if self._collector is not None:
+                self._path.speculative.after(self.request, self.pre, self.route, self._collector)
+
+
+class _LifecycleResponse(StreamingResponse):
+    """A StreamingResponse that closes its request however the response ends, even if the body never starts."""
+
+    def __init__(self, lifecycle: RequestLifecycle, content: AsyncIterator[bytes], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._lifecycle = lifecycle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._lifecycle.close()
