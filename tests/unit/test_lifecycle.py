@@ -1,0 +1,312 @@
+"""The request lifecycle against fake deployment handles: every exit releases the lease and ends the engine stream.
+
+The integration tests (tests/integration/test_lifecycle_faults.py) check the same exits on the real graph; these
+pin down each stage exactly, without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ray.exceptions import ActorDiedError
+from starlette.requests import ClientDisconnect
+
+from agentserve.config import ModelSpec, ServeArgs
+from agentserve.protocol import (
+    Conversation,
+    EngineDelta,
+    GenerationRequest,
+    PreprocessedRequest,
+    RouteDecision,
+    SamplingParams,
+    TextBlock,
+    Turn,
+)
+from agentserve.protocol.errors import RequestError
+from agentserve.serve.lifecycle import ParseOptions, RequestPath
+
+
+class Method:
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.calls: list[tuple] = []
+
+    def remote(self, *args: Any) -> Any:
+        self.calls.append(args)
+        return self.fn(*args)
+
+
+class FakeStream:
+    """An engine stream: yields scripted deltas, may wait forever or raise; records cancel()."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self._script = list(script)
+        self.cancelled = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> EngineDelta:
+        if not self._script:
+            raise StopAsyncIteration
+        item = self._script.pop(0)
+        if item == "wait":
+            await asyncio.Event().wait()
+        if isinstance(item, float):
+            await asyncio.sleep(item)
+            item = self._script.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Graph:
+    """Fake preprocessor / router / engine handles with what the lifecycle did to them."""
+
+    def __init__(self, deltas: list[Any], *, route: Any = None, keepalive_s: float = 5.0) -> None:
+        tokenizer = TOKENIZER[0]
+        self.stream = FakeStream(deltas)
+
+        async def preprocess(req: GenerationRequest) -> PreprocessedRequest:
+            return PreprocessedRequest(
+                request_id=req.request_id,
+                model=req.model,
+                token_ids=[1, 2, 3],
+                block_hashes=[],
+                sampling=SamplingParams(),
+                max_tokens=16,
+                session_key="s1",
+            )
+
+        async def do_route(_req: Any) -> RouteDecision:
+            if route == "wait":
+                await asyncio.Event().wait()
+            if isinstance(route, BaseException):
+                raise route
+            return RouteDecision(replica_id="r0")
+
+        self.preprocessor = SimpleNamespace(preprocess=Method(preprocess))
+        self.router = SimpleNamespace(
+            route=Method(do_route), release=Method(lambda rid: None), replica_failed=Method(lambda r: None)
+        )
+        self.engine = SimpleNamespace(generate=Method(lambda pre, route: self.stream))
+        self.engine.options = lambda **_: self.engine
+        args = ServeArgs(keepalive_interval_s=keepalive_s)
+        self.path = RequestPath(
+            args, preprocessor=self.preprocessor, router=self.router, engine=self.engine, tokenizer=tokenizer
+        )
+
+    @property
+    def released(self) -> list[str]:
+        return [c[0] for c in self.router.release.calls]
+
+
+TOKENIZER: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _real_tokenizer(tokenizer):
+    """The embedded model's real tokenizer (the postprocessor detokenizes with it)."""
+    TOKENIZER[:] = [tokenizer]
+
+
+def _request() -> GenerationRequest:
+    conv = Conversation(turns=(Turn(role="user", blocks=(TextBlock(text="hi"),)),))
+    return GenerationRequest(request_id="req_1", model="m", conversation=conv)
+
+
+class Wire:
+    def __init__(self, fail_on_encode: bool = False) -> None:
+        self.fail = fail_on_encode
+
+    def opening(self) -> bytes:
+        return b"<open>"
+
+    def encode(self, events: list[Any]) -> bytes:
+        if self.fail:
+            raise KeyError("encoder bug")
+        return b"".join(f"<{type(e).__name__}>".encode() for e in events)
+
+    def keepalive(self) -> bytes:
+        return b"<ping>"
+
+    def failure(self, err: RequestError) -> bytes:
+        return f"<failure {err.kind}>".encode()
+
+    def closing(self) -> bytes:
+        return b"<done>"
+
+
+def _life(g: Graph):
+    return g.path.begin(
+        _request(), ModelSpec(reasoning_parser=None, tool_call_parser=None), ParseOptions(tools=[]),
+        api="chat", scope="caller", arrived=0.0,
+    )
+
+
+DONE = [EngineDelta(token_ids=[104, 105], prompt_tokens=3, num_cached_tokens=0), EngineDelta(token_ids=[], finish_reason="stop")]
+
+
+async def _body(response) -> list[bytes]:
+    return [chunk async for chunk in response.body_iterator]
+
+
+def test_a_normal_stream_leaves_the_release_to_the_engine():
+    async def run():
+        g = Graph(DONE)
+        async with _life(g) as life:
+            await life.admit()
+            resp = life.streaming_response(Wire())
+        chunks = await _body(resp)
+        return g, chunks
+
+    g, chunks = asyncio.run(run())
+    assert chunks[0] == b"<open>" and chunks[-1].endswith(b"<Finish><done>")
+    assert g.released == []  # the engine's own report ends the lease
+    assert g.router.replica_failed.calls == []
+
+
+def test_client_leaving_while_queued_for_admission_releases():
+    async def run():
+        g = Graph(DONE, route="wait")
+
+        async def handler():
+            async with _life(g) as life:
+                await life.admit()
+
+        task = asyncio.create_task(handler())
+        await asyncio.sleep(0.05)
+        task.cancel()  # what Serve does when the client disconnects
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return g
+
+    g = asyncio.run(run())
+    assert g.released == ["req_1"]
+    assert g.engine.generate.calls == []
+
+
+def test_refused_admission_holds_nothing():
+    async def run():
+        g = Graph(DONE, route=RequestError("overloaded", "full", retry_after=1))
+        with pytest.raises(RequestError):
+            async with _life(g) as life:
+                await life.admit()
+        return g
+
+    assert asyncio.run(run()).released == []
+
+
+def test_exception_between_admission_and_response_releases():
+    async def run():
+        g = Graph(DONE)
+        with pytest.raises(ZeroDivisionError):
+            async with _life(g) as life:
+                await life.admit()
+                1 / 0
+        return g
+
+    g = asyncio.run(run())
+    assert g.released == ["req_1"] and g.engine.generate.calls == []
+
+
+def test_response_whose_body_never_starts_releases():
+    async def run():
+        g = Graph(DONE)
+        async with _life(g) as life:
+            await life.admit()
+            resp = life.streaming_response(Wire())
+
+        async def receive():
+            await asyncio.Event().wait()
+
+        async def send(message):
+            raise OSError("client gone before the first byte")
+
+        with pytest.raises(ClientDisconnect):
+            await resp({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+        return g
+
+    g = asyncio.run(run())
+    assert g.released == ["req_1"]
+
+
+@pytest.mark.parametrize("stage", ["mid-prefill", "mid-stream"])
+def test_client_leaving_mid_stream_cancels_the_engine_and_releases(stage):
+    async def run():
+        script = ["wait"] if stage == "mid-prefill" else [DONE[0], "wait"]
+        g = Graph(script)
+        async with _life(g) as life:
+            await life.admit()
+            resp = life.streaming_response(Wire())
+        body = resp.body_iterator
+        got = [await body.__anext__()]
+        if stage == "mid-stream":
+            got.append(await body.__anext__())
+        pending = asyncio.ensure_future(body.__anext__())
+        await asyncio.sleep(0.05)
+        pending.cancel()  # Starlette cancels the body task when it sees the disconnect
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        return g, got
+
+    g, got = asyncio.run(run())
+    assert g.stream.cancelled and g.released == ["req_1"]
+    assert g.router.replica_failed.calls == []
+
+
+def test_keepalive_during_a_long_prefill():
+    async def run():
+        g = Graph([0.35, *DONE], keepalive_s=0.1)
+        async with _life(g) as life:
+            await life.admit()
+            resp = life.streaming_response(Wire())
+        return await _body(resp)
+
+    chunks = asyncio.run(run())
+    assert chunks[0] == b"<open>" and chunks[1:3] == [b"<ping>", b"<ping>"]
+    assert chunks[-1].endswith(b"<done>")
+
+
+def test_an_ingress_bug_ends_one_request_and_never_blames_the_engine():
+    async def run():
+        g = Graph(DONE)
+        async with _life(g) as life:
+            await life.admit()
+            resp = life.streaming_response(Wire(fail_on_encode=True))
+        return g, await _body(resp)
+
+    g, chunks = asyncio.run(run())
+    assert chunks[-1] == b"<failure internal>"
+    assert g.router.replica_failed.calls == []
+    assert g.stream.cancelled and g.released == ["req_1"]
+
+
+def test_an_engine_death_marks_that_replica_failed():
+    async def run():
+        g = Graph([DONE[0], ActorDiedError()])
+        async with _life(g) as life:
+            await life.admit()
+            events = await life.collect()
+        return g, events
+
+    g, events = asyncio.run(run())
+    assert events[-1].reason == "error"
+    assert g.router.replica_failed.calls == [("r0",)]
+
+
+def test_engine_stream_ending_without_a_finish_is_an_error_not_a_hang():
+    async def run():
+        g = Graph([DONE[0]])
+        async with _life(g) as life:
+            await life.admit()
+            return await life.collect()
+
+    events = asyncio.run(run())
+    assert events[-1].reason == "error" and "ended early" in events[-1].error
