@@ -1,0 +1,115 @@
+"""State that outlives a process, on the embedded default (SQLite under a data directory, no configured key):
+a stored response and its `previous_response_id` chain survive a store replica restart, a redeploy and a full
+restart; signed thinking survives a redeploy with the configured key, a full restart with the generated key kept
+in the data directory, and a key rotation. Clients are the official SDKs."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Iterator
+
+import anthropic
+import pytest
+
+from tests.integration.durable_graph import RestartableGraph, assert_chain_survived, graph_args, oai, start_chain
+
+pytestmark = pytest.mark.integration
+
+MODEL = "claude-smollm2"
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("agentserve-data")
+
+
+@pytest.fixture(scope="module")
+def graph(model_path, data_dir, monkeypatch_module) -> Iterator[RestartableGraph]:
+    g = RestartableGraph(graph_args({"backend": "sqlite", "data_dir": str(data_dir)}))
+    g.start()
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AGENTSERVE_SECRET_KEY", "AGENTSERVE_PREVIOUS_SECRET_KEYS", "KUBERNETES_SERVICE_HOST"):
+            mp.delenv(name, raising=False)
+        yield mp
+
+
+def claude(graph: RestartableGraph) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=graph.url, api_key="key-a", max_retries=0)
+
+
+def signed_turn(graph: RestartableGraph) -> tuple[list[dict], anthropic.types.Message]:
+    first = [{"role": "user", "content": "DUR_THINK: plan the migration"}]
+    msg = claude(graph).messages.create(model=MODEL, max_tokens=2048, thinking=THINKING, messages=first)
+    assert [b.type for b in msg.content] == ["thinking", "text"] and msg.content[0].signature
+    return first, msg
+
+
+def next_turn(graph: RestartableGraph, first: list[dict], msg) -> anthropic.types.Message:
+    """The next turn of the session, sending the signed thinking back unmodified."""
+    return claude(graph).messages.create(
+        model=MODEL,
+        max_tokens=2048,
+        thinking=THINKING,
+        messages=[
+            *first,
+            {"role": "assistant", "content": [b.model_dump() for b in msg.content]},
+            {"role": "user", "content": "DUR_NEXT: go on"},
+        ],
+    )
+
+
+def test_chain_survives_a_store_replica_restart(graph):
+    turn1, turn2 = start_chain(graph)
+    graph.restart_store_replica()
+    assert_chain_survived(graph, turn1, turn2)
+
+
+def test_chain_survives_a_redeploy(graph):
+    turn1, turn2 = start_chain(graph)
+    graph.redeploy()
+    assert_chain_survived(graph, turn1, turn2)
+
+
+def test_chain_and_generated_key_survive_a_full_restart(graph, data_dir):
+    turn1, turn2 = start_chain(graph)
+    first, msg = signed_turn(graph)
+    key_file = data_dir / "secret_key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    graph.full_restart()  # Ray itself goes away: nothing survives but the data directory
+    assert_chain_survived(graph, turn1, turn2)
+    # The key generated at the first start was kept: the live session's next turn is accepted.
+    assert next_turn(graph, first, msg).content[-1].text == "Continuing where we left off."
+
+
+def test_signed_thinking_survives_a_redeploy_and_a_key_rotation(graph):
+    graph.redeploy(graph_args(graph.args["state"], secret_key="configured-key-1"))
+    first, msg = signed_turn(graph)
+    # Responses (Codex, store: false): the sealed reasoning comes back as encrypted_content.
+    codex = dict(model="smollm2", store=False, include=["reasoning.encrypted_content"])
+    sealed = oai(graph).responses.create(**codex, input="rsp-reason-text: what is 2+2?")
+    reasoning = next(i for i in sealed.output if i.type == "reasoning")
+    assert reasoning.encrypted_content
+    replay = [
+        {"role": "user", "content": "rsp-reason-text: what is 2+2?"},
+        {"type": "reasoning", "summary": [], "encrypted_content": reasoning.encrypted_content},
+        {"role": "user", "content": "rsp-hello: and 3+3?"},
+    ]
+
+    graph.redeploy()  # an upgrade with the same configured key
+    assert next_turn(graph, first, msg).content[-1].text == "Continuing where we left off."
+    assert oai(graph).responses.create(**codex, input=replay).output_text == "Hello from responses."
+
+    # Rotation: a new key signs; the old one, listed as previous, still verifies.
+    graph.redeploy(graph_args(graph.args["state"], secret_key="configured-key-2", previous_secret_keys=["configured-key-1"]))
+    assert next_turn(graph, first, msg).content[-1].text == "Continuing where we left off."
+    assert oai(graph).responses.create(**codex, input=replay).output_text == "Hello from responses."
