@@ -57,7 +57,8 @@ def _doctor(ns: argparse.Namespace) -> int:
 
 
 def _doctor_trace(trace: str, model_path: str | None) -> int:
-    from agentserve.doctor.trace import read_trace, replay
+    from agentserve.doctor.trace import read_trace
+    from agentserve.offline.doctor_replay import replay
     from agentserve.prepare_model import prepare_model
     from agentserve.preprocess.tokenizer import load_tokenizer
 

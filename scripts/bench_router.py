@@ -3,7 +3,7 @@
 For each replica count the session arrival rate is calibrated so that round-robin's replicas are
 busy prefilling `--load` of the time (70% by default), then round-robin, power-of-two choices, a
 Ray-style prefix-affinity router, agentserve's router (approximate and KV-event modes) and a
-load-blind oracle replay the identical session trace. See agentserve/routing/sim.py for the model.
+load-blind oracle replay the identical session trace. See agentserve/offline/router_sim.py for the model.
 
     .venv/bin/python scripts/bench_router.py [--replicas 4,8,16,32,64] [--sessions 1000] [--load 0.7]
         [--out docs/benchmarks/router_sim.json]
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentserve.routing import sim  # noqa: E402
+from agentserve.offline import router_sim as sim  # noqa: E402
 
 
 def calibrate(n: int, w: sim.Workload, m: sim.ReplicaModel, load: float) -> float:

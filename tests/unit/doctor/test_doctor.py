@@ -1,14 +1,21 @@
-"""The doctor names each cache-buster, on prompts rendered by the real template and tokenizer."""
+"""The doctor names each cache-buster, on prompts rendered by the real template and tokenizer.
+
+Every case runs through both faces, the offline SessionTracker and the serving path's PrefixDoctor
+(async, byte-bounded memory, diagnosis on a worker thread with a GIL-releasing decode): same report.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from agentserve.config import ModelSpec
-from agentserve.doctor import SessionTracker
-from agentserve.doctor.trace import TraceTurn, TraceWriter, read_trace, replay
+from agentserve.doctor import PrefixDoctor, SessionTracker
+from agentserve.doctor.decode import releasing_decode
+from agentserve.doctor.trace import TraceTurn, TraceWriter, read_trace
+from agentserve.offline.doctor_replay import replay
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import (
     Conversation,
@@ -50,12 +57,28 @@ CALL = ToolCallBlock(id="c1", name="read_file", arguments='{"path": "a.py"}')
 REASON = ReasoningBlock(text="I should read the file first.")
 
 
-def _report(pre, tok, first: Conversation, second: Conversation, output: str = OUTPUT):
+def _both(tok, prompt: list[int], out_ids: list[int], next_prompt: list[int]):
+    """The report of the offline tracker, after checking the serving-path doctor gives the same one."""
     tracker = SessionTracker(tok.decode, frozenset(tok.all_special_ids))
+    tracker.record("s", prompt, out_ids)
+    expected = tracker.check("s", next_prompt)
+
+    async def served():
+        doctor = PrefixDoctor(releasing_decode(tok), frozenset(tok.all_special_ids))
+        try:
+            doctor.record("s", prompt, out_ids)
+            return await doctor.check("s", next_prompt)
+        finally:
+            doctor.close()
+
+    assert asyncio.run(served()) == expected
+    return expected
+
+
+def _report(pre, tok, first: Conversation, second: Conversation, output: str = OUTPUT):
     prompt = pre.render(first).token_ids
     out_ids = tok.encode(output, add_special_tokens=False) + [tok.eos_token_id]
-    tracker.record("s", prompt, out_ids)
-    return tracker.check("s", pre.render(second).token_ids)
+    return _both(tok, prompt, out_ids, pre.render(second).token_ids)
 
 
 def _history(assistant_blocks, system="You are a coding agent.", tools=(TOOL_A, TOOL_B)):
@@ -144,12 +167,10 @@ def test_retokenization_drift(pre, tok):
     first = _conv("You are a coding agent.", [USER])
     text_reply = Turn(role="assistant", blocks=(TextBlock(text="Hello world"),))
     second = _conv("You are a coding agent.", [USER, text_reply, Turn(role="user", blocks=(TextBlock(text="thanks"),))])
-    tracker = SessionTracker(tok.decode, frozenset(tok.all_special_ids))
     prompt = pre.render(first).token_ids
     # The same text, tokenized one character at a time: what a model may sample, not what re-encoding gives.
     odd = [tok.convert_tokens_to_ids(c) for c in "Hello"] + tok.encode(" world", add_special_tokens=False)
-    tracker.record("s", prompt, odd + [tok.eos_token_id])
-    assert tracker.check("s", pre.render(second).token_ids).cause == "retokenization"
+    assert _both(tok, prompt, odd + [tok.eos_token_id], pre.render(second).token_ids).cause == "retokenization"
 
 
 def test_trace_round_trip_and_replay(tmp_path, pre, tok):

@@ -1,0 +1,58 @@
+"""The prefix report: how much of a session's previous turn the next prompt reuses, and why not all.
+
+`diagnose` is the one implementation both faces of the doctor run (the serving path's PrefixDoctor
+and the offline SessionTracker), so their reports are the same by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from agentserve.doctor.causes import Cause, Divergence, attribute
+
+Decode = Callable[[Sequence[int]], str]
+
+
+@dataclass(frozen=True)
+class PrefixReport:
+    expected_tokens: int  # previous turn's prompt + output
+    reused_tokens: int  # leading tokens of this prompt equal to them
+    cause: Cause | None  # None when the whole previous turn is a prefix of this prompt
+
+    @property
+    def reuse_ratio(self) -> float:
+        return self.reused_tokens / self.expected_tokens if self.expected_tokens else 1.0
+
+    def header(self) -> str:
+        """The `x-agentserve-prefix` response header."""
+        text = f"reuse={self.reuse_ratio:.4f}; reused={self.reused_tokens}; expected={self.expected_tokens}"
+        return text + (f"; cause={self.cause}" if self.cause else "")
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in slices first: sessions are long and mostly equal.
+    step = 256
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def diagnose(
+    expected: Sequence[int],
+    prompt_len: int,
+    prompt: Sequence[int],
+    decode: Decode,
+    special_ids: frozenset[int] = frozenset(),
+) -> PrefixReport:
+    """Compare turn N's prompt + output (`expected`, whose first `prompt_len` tokens were the prompt) with
+    turn N+1's prompt. Decodes whole histories on a divergence: O(context), keep it off an event loop."""
+    at = common_prefix(expected, prompt)
+    if at == len(expected):
+        return PrefixReport(len(expected), at, None)
+    cause = attribute(Divergence(expected, prompt, at, prompt_len), decode, special_ids)
+    return PrefixReport(len(expected), at, cause)
