@@ -86,6 +86,8 @@ def serve_config(v: K8sValues, base: dict[str, Any] | None = None) -> dict[str, 
     args = app["args"]
     args["model"] = {**args["model"], **v.model}
     args["engine"] = {**args["engine"], "tensor_parallel_size": v.tensor_parallel_size}
+    # Many nodes share state: PostgreSQL, its DSN from the Secret (AGENTSERVE_POSTGRES_DSN), never in this config.
+    args["state"] = {**args.get("state", {}), "backend": "postgres"}
     deployments = {d["name"]: d for d in app["deployments"]}
     _cpu_deployment(deployments["Ingress"], v.ingress, v.drain_timeout_s)
     _cpu_deployment(deployments["Preprocessor"], v.preprocessor, 30)
@@ -179,11 +181,26 @@ def _container(v: K8sValues, name: str, resources: dict[str, str], *, head: bool
     }
 
 
-def _common_env(v: K8sValues) -> list[dict[str, str]]:
+def _secret_env(v: K8sValues) -> list[dict[str, Any]]:
+    """The secret key, previous keys and PostgreSQL DSN from the Kubernetes Secret (docs/OPERATIONS.md)."""
+    s = v.secrets
+
+    def ref(name: str, key: str, optional: bool = False) -> dict[str, Any]:
+        return {"name": name, "valueFrom": {"secretKeyRef": {"name": s.name, "key": key, "optional": optional}}}
+
+    return [
+        ref("AGENTSERVE_SECRET_KEY", s.secret_key),
+        ref("AGENTSERVE_PREVIOUS_SECRET_KEYS", s.previous_secret_keys, optional=True),
+        ref("AGENTSERVE_POSTGRES_DSN", s.postgres_dsn),
+    ]
+
+
+def _common_env(v: K8sValues) -> list[dict[str, Any]]:
     return [
         {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
         {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
         {"name": "HF_HUB_OFFLINE", "value": "1"},  # weights come from the model cache volume
+        *_secret_env(v),
     ]
 
 

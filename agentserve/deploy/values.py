@@ -83,6 +83,19 @@ class Observability(_Strict):
     scrape_interval: str = "15s"
 
 
+class Secrets(_Strict):
+    """The Kubernetes Secret the pods read the state credentials from (created by hand, never committed).
+
+    kubectl -n agentserve create secret generic agentserve-secrets \
+      --from-literal=secret-key="$(openssl rand -hex 32)" --from-literal=postgres-dsn='postgresql://...'
+    """
+
+    name: str = "agentserve-secrets"
+    secret_key: str = "secret-key"  # -> AGENTSERVE_SECRET_KEY: signs thinking, seals encrypted_content
+    previous_secret_keys: str = "previous-secret-keys"  # optional -> AGENTSERVE_PREVIOUS_SECRET_KEYS (rotation)
+    postgres_dsn: str = "postgres-dsn"  # -> AGENTSERVE_POSTGRES_DSN: Responses store and per-key limits
+
+
 class K8sValues(_Strict):
     name: str = "agentserve"
     namespace: str = "agentserve"
@@ -106,6 +119,7 @@ class K8sValues(_Strict):
     cpu_workers: CpuWorkers = CpuWorkers()
     model_cache: ModelCache = ModelCache()
     observability: Observability = Observability()
+    secrets: Secrets = Secrets()
 
     @model_validator(mode="after")
     def _tp_fits_a_pod(self) -> "K8sValues":

@@ -109,6 +109,7 @@ def test_serve_config_v2_is_the_gpu_config_with_values_applied():
     values = k8s.load_values()
     expected = gpu["applications"][0]["args"]
     expected["model"].update(values.model)
+    expected["state"] = {**expected.get("state", {}), "backend": "postgres"}  # many nodes share one database
     assert cfg["applications"][0]["args"] == expected
     assert cfg["applications"][0]["import_path"] == gpu["applications"][0]["import_path"]
 
@@ -216,3 +217,22 @@ def test_dashboard_queries_name_metrics_that_exist():
     assert used
     missing = {m for m in used if m not in defined and re.sub(r"_(bucket|total)$", "", m) not in defined}
     assert missing == set()
+
+
+def test_every_pod_reads_the_secret_key_and_postgres_dsn_from_the_kubernetes_secret():
+    doc = load("rayservice.yaml")
+    rc = doc["spec"]["rayClusterConfig"]
+    secret = k8s.load_values().secrets
+    for group in [rc["headGroupSpec"], *rc["workerGroupSpecs"]]:
+        env = {e["name"]: e for e in group["template"]["spec"]["containers"][0]["env"]}
+        for name, key, optional in [
+            ("AGENTSERVE_SECRET_KEY", secret.secret_key, False),  # required: no pod starts without it
+            ("AGENTSERVE_PREVIOUS_SECRET_KEYS", secret.previous_secret_keys, True),
+            ("AGENTSERVE_POSTGRES_DSN", secret.postgres_dsn, False),
+        ]:
+            assert env[name]["valueFrom"]["secretKeyRef"] == {"name": secret.name, "key": key, "optional": optional}
+            assert "value" not in env[name]  # never a literal in the manifest
+    args = ServeArgs.from_any(serve_cfg(doc)["applications"][0]["args"])
+    assert args.state.backend == "postgres" and args.state.postgres_dsn is None and args.secret_key is None
+    assert not args.allow_generated_secret_key
+
