@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -12,6 +15,11 @@ import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The state backend's data directory (SQLite file, generated secret key): one per test process, never the
+# user's ~/.local/share/agentserve, so concurrent test runs and `make serve` do not share stored responses or limits.
+if "AGENTSERVE_DATA_DIR" not in os.environ:
+    os.environ["AGENTSERVE_DATA_DIR"] = tempfile.mkdtemp(prefix="agentserve-test-data-")
+    atexit.register(shutil.rmtree, os.environ["AGENTSERVE_DATA_DIR"], True)
 
 
 @pytest.fixture(scope="session")

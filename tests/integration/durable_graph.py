@@ -22,9 +22,10 @@ DURABLE_RULES = [
 ]
 
 
-def graph_args(state: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def graph_args(state: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """The integration graph's args; state None: no `state:` section, as in the shipped serve_config.yaml."""
     engine = {**GRAPH_ARGS["engine"], "rules": [*DURABLE_RULES, *RULES]}
-    return {**GRAPH_ARGS, "engine": engine, "state": state, **extra}
+    return {**GRAPH_ARGS, "engine": engine, **({"state": state} if state is not None else {}), **extra}
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:

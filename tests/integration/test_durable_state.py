@@ -27,7 +27,9 @@ def data_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def graph(model_path, data_dir, monkeypatch_module) -> Iterator[RestartableGraph]:
-    g = RestartableGraph(graph_args({"backend": "sqlite", "data_dir": str(data_dir)}))
+    # No state section and no key, like the shipped serve_config.yaml: SQLite and a generated key in the data dir.
+    monkeypatch_module.setenv("AGENTSERVE_DATA_DIR", str(data_dir))
+    g = RestartableGraph(graph_args())
     g.start()
     try:
         yield g
@@ -83,8 +85,8 @@ def test_chain_survives_a_redeploy(graph):
 def test_chain_and_generated_key_survive_a_full_restart(graph, data_dir):
     turn1, turn2 = start_chain(graph)
     first, msg = signed_turn(graph)
-    key_file = data_dir / "secret_key"
-    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert (data_dir / "state.sqlite3").exists()
+    assert stat.S_IMODE((data_dir / "secret_key").stat().st_mode) == 0o600
     graph.full_restart()  # Ray itself goes away: nothing survives but the data directory
     assert_chain_survived(graph, turn1, turn2)
     # The key generated at the first start was kept: the live session's next turn is accepted.
@@ -92,7 +94,7 @@ def test_chain_and_generated_key_survive_a_full_restart(graph, data_dir):
 
 
 def test_signed_thinking_survives_a_redeploy_and_a_key_rotation(graph):
-    graph.redeploy(graph_args(graph.args["state"], secret_key="configured-key-1"))
+    graph.redeploy(graph_args(secret_key="configured-key-1"))
     first, msg = signed_turn(graph)
     # Responses (Codex, store: false): the sealed reasoning comes back as encrypted_content.
     codex = dict(model="smollm2", store=False, include=["reasoning.encrypted_content"])
@@ -110,6 +112,6 @@ def test_signed_thinking_survives_a_redeploy_and_a_key_rotation(graph):
     assert oai(graph).responses.create(**codex, input=replay).output_text == "Hello from responses."
 
     # Rotation: a new key signs; the old one, listed as previous, still verifies.
-    graph.redeploy(graph_args(graph.args["state"], secret_key="configured-key-2", previous_secret_keys=["configured-key-1"]))
+    graph.redeploy(graph_args(secret_key="configured-key-2", previous_secret_keys=["configured-key-1"]))
     assert next_turn(graph, first, msg).content[-1].text == "Continuing where we left off."
     assert oai(graph).responses.create(**codex, input=replay).output_text == "Hello from responses."
