@@ -342,6 +342,9 @@ def run_one(c: Contender, model: str, a: argparse.Namespace, log) -> dict[str, A
         for t in prof["top_threads"][:6]:
             log(f"    {t['cores']:.4f}  {t['process']} [{t['pid']}] / {t['thread']} [{t['tid']}]")
         milestones = log_milestones(startup_logs(c), launched_wall)
+        if a.hold_seconds:
+            log(f"{c.name}: holding {a.hold_seconds:.0f} s for inspection (pids {c.tree()})")
+            time.sleep(a.hold_seconds)
         return {"startup_s": ready, "idle": prof, "process_births_s": births, "log_milestones_s": milestones}
     finally:
         c.server.stop()
@@ -440,6 +443,8 @@ def main() -> int:
     ap.add_argument("--out-json", type=Path, default=OUT_JSON)
     ap.add_argument("--out-png", type=Path, default=OUT_PNG)
     ap.add_argument("--keep-logs", action="store_true")
+    ap.add_argument("--hold-seconds", type=float, default=0.0, help="keep each contender up this long after "
+                    "measuring (for py-spy); not part of any figure")
     a = ap.parse_args()
 
     started = time.perf_counter()

