@@ -1,4 +1,5 @@
-"""The ingress's face of the prefix doctor: checks run off the event loop, records never block a stream.
+"""The ingress's face of the prefix doctor (agentserve.doctor.PrefixDoctor): checks never stall the event loop
+(a divergence is diagnosed on a worker thread), records copy and return, trace lines go to a writer thread.
 
 Session keys arrive already scoped to the caller (`<identity>/<session>`), so one caller's header never
 tells how much of another caller's turn matches.
@@ -6,28 +7,19 @@ tells how much of another caller's turn matches.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any, Sequence
 
 from agentserve import metrics
 from agentserve.config import ServeArgs
-from agentserve.doctor import PrefixReport, SessionTracker
-from agentserve.doctor.trace import TraceTurn, TraceWriter
+from agentserve.doctor import PrefixDoctor, PrefixReport
 
 
 class PrefixDoctorClient:
     def __init__(self, args: ServeArgs, tokenizer: Any) -> None:
-        self._tracker = SessionTracker(tokenizer.decode, frozenset(tokenizer.all_special_ids))
-        self._lock = threading.Lock()
-        self._trace = TraceWriter(args.trace_path) if args.trace_path else None
+        self._doctor = PrefixDoctor.from_args(args, tokenizer)
 
     async def check(self, session: str, prompt_ids: Sequence[int]) -> PrefixReport | None:
-        return await asyncio.to_thread(self._check, session, prompt_ids)
-
-    def _check(self, session: str, prompt_ids: Sequence[int]) -> PrefixReport | None:
-        with self._lock:
-            return self._tracker.check(session, prompt_ids)
+        return await self._doctor.check(session, prompt_ids)
 
     def observe(self, model: str, report: PrefixReport | None) -> None:
         if report is None:
@@ -36,8 +28,8 @@ class PrefixDoctorClient:
         if report.cause is not None:
             metrics.PREFIX_DIVERGENCES.labels(model, report.cause).inc()
 
-    def record(self, session: str, prompt_ids: list[int], output_ids: list[int]) -> None:
-        with self._lock:
-            self._tracker.record(session, prompt_ids, output_ids)
-        if self._trace is not None:
-            self._trace.write(TraceTurn(session, prompt_ids, output_ids))
+    def record(self, session: str, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
+        self._doctor.record(session, prompt_ids, output_ids)
+
+    def close(self) -> None:
+        self._doctor.close()
