@@ -49,9 +49,28 @@ class Shield:
         return re.compile(rf"\[\[as-{self.nonce}-(\d+)\]\]")
 
 
+def _splitting_copy(tokenizer: Any) -> Any:
+    """A private copy of the Rust tokenizer that reads special-token text as text.
+
+    transformers' `encode(..., split_special_tokens=True)` flips a flag on the *shared* Rust tokenizer for the
+    call; Ray runs the preprocessor's sync methods in a thread pool, so another thread's encode could run with
+    the flag in the wrong state and turn user text into real role markers (or the reverse). A copy with the
+    flag set once is never flipped.
+    """
+    from tokenizers import Tokenizer
+
+    rust = getattr(tokenizer, "_tokenizer", None)
+    if rust is None:
+        return None
+    copy = Tokenizer.from_str(rust.to_str())
+    copy.encode_special_tokens = True
+    return copy
+
+
 class LiteralGuard:
     def __init__(self, tokenizer: Any) -> None:
         self._tok = tokenizer
+        self._split = _splitting_copy(tokenizer)
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         literals = sorted({t.content for t in added.values() if _is_markup(t.content, bool(t.special))}, key=len, reverse=True)
         self._added_ids = frozenset(added)
@@ -113,10 +132,15 @@ class LiteralGuard:
         """The literal's text tokens: never an added token's id."""
         ids = self._literal_ids.get(literal)
         if ids is None:
-            ids = self._tok.encode(literal, add_special_tokens=False, split_special_tokens=True)
+            ids = self._text_ids(literal)
             if any(i in self._added_ids for i in ids):  # non-special added tokens still match: split the literal
                 ids = []
                 for ch in literal:
-                    ids += self._tok.encode(ch, add_special_tokens=False, split_special_tokens=True)
+                    ids += self._text_ids(ch)
             self._literal_ids[literal] = ids
         return ids
+
+    def _text_ids(self, text: str) -> list[int]:
+        if self._split is None:  # a slow (Python) tokenizer: no shared Rust flag to race on
+            return self._tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+        return self._split.encode(text, add_special_tokens=False).ids
