@@ -477,38 +477,47 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in a.contenders}
     git = bv.git_state()
     load_start = os.getloadavg()
+
+    def save(partial: bool) -> None:
+        """Write the JSON (and, at the end, the table and PNG) after every contender run: a run cut short by the
+        machine's load still leaves its data."""
+        result = {
+            "benchmark": "start-up and CPU at rest: agentserve graph (make serve) vs vllm serve",
+            "command": "python scripts/bench_idle.py " + " ".join(sys.argv[1:]),
+            "label": a.label,
+            "partial": partial,
+            "config": {"idle_seconds": a.idle_seconds, "settle_seconds": a.settle_seconds, "repeats": a.repeats,
+                       "warm_up": "2 sequential + 8 concurrent requests before settling",
+                       "contenders_run": "one at a time (the others are not running)",
+                       "graph_command": make_serve_argv(Path("<copy of serve_config.yaml>")),
+                       "engine": {k: v for k, v in eng.items() if k != "_served_model"}, "model": model,
+                       "makefile_serve_env": makefile_serve_env(),
+                       "targets": {"idle_extra_cores_max": IDLE_TARGET_EXTRA_CORES,
+                                   "startup_ratio_max": STARTUP_TARGET_RATIO}},
+            "conditions": {"git": git, "cpus": os.cpu_count(), "platform": platform.platform(),
+                           "loadavg_1_5_15_at_start": load_start, "loadavg_1_5_15_at_end": os.getloadavg(),
+                           "total_runtime_s": time.perf_counter() - started},
+            "summary": summarize({k: v for k, v in runs.items() if v}),
+            "runs": {k: v for k, v in runs.items() if v},
+        }
+        a.out_json.parent.mkdir(parents=True, exist_ok=True)
+        a.out_json.write_text(json.dumps(result, indent=1))
+        if not partial:
+            print()
+            print(table(result))
+            print()
+            plot(result, a.out_png)
+            log(f"wrote {a.out_json} and {a.out_png}")
+            if not a.keep_logs:
+                shutil.rmtree(work, ignore_errors=True)
     for rep in range(a.repeats):
         order = a.contenders if rep % 2 == 0 else a.contenders[::-1]
         for name in order:
             c = make_contender(name, eng, config, env, work / f"{rep}")
             log(f"{name}: starting ({' '.join(c.server.argv)})")
             runs[name].append(run_one(c, model, a, log))
-    result = {
-        "benchmark": "start-up and CPU at rest: agentserve graph (make serve) vs vllm serve",
-        "command": "python scripts/bench_idle.py " + " ".join(sys.argv[1:]),
-        "label": a.label,
-        "config": {"idle_seconds": a.idle_seconds, "settle_seconds": a.settle_seconds, "repeats": a.repeats,
-                   "warm_up": "2 sequential + 8 concurrent requests before settling",
-                   "contenders_run": "one at a time (the other is not running)",
-                   "engine": {k: v for k, v in eng.items() if k != "_served_model"}, "model": model,
-                   "makefile_serve_env": makefile_serve_env(),
-                   "targets": {"idle_extra_cores_max": IDLE_TARGET_EXTRA_CORES,
-                               "startup_ratio_max": STARTUP_TARGET_RATIO}},
-        "conditions": {"git": git, "cpus": os.cpu_count(), "platform": platform.platform(),
-                       "loadavg_1_5_15_at_start": load_start, "loadavg_1_5_15_at_end": os.getloadavg(),
-                       "total_runtime_s": time.perf_counter() - started},
-        "summary": summarize(runs),
-        "runs": runs,
-    }
-    print()
-    print(table(result))
-    print()
-    a.out_json.parent.mkdir(parents=True, exist_ok=True)
-    a.out_json.write_text(json.dumps(result, indent=1))
-    plot(result, a.out_png)
-    log(f"wrote {a.out_json} and {a.out_png}")
-    if not a.keep_logs:
-        shutil.rmtree(work, ignore_errors=True)
+            save(partial=True)
+    save(partial=False)
     return 0
 
 
