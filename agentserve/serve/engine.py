@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from typing import Any, AsyncIterator
@@ -51,7 +52,10 @@ class RouterSignals:
     def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_later(REPORT_DELAY_S, self.flush)
+            # In a context of its own: the batch carries many requests' signals, so its call must not be a child of
+            # the request that happened to schedule it (Ray and Serve cancel a request's child calls with it, and
+            # the ingress cancels every engine stream it closes, even a finished one).
+            asyncio.get_running_loop().call_later(REPORT_DELAY_S, self.flush, context=contextvars.Context())
 
     def flush(self) -> None:
         self._scheduled = False
