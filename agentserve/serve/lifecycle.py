@@ -17,6 +17,7 @@ Only an engine replica's death marks it failed in the router; an exception in th
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from dataclasses import dataclass
@@ -100,6 +101,31 @@ class RequestPath:
             enabled=args.router.speculative_prefill,
             max_in_flight=args.router.max_speculative_prefills,
         )
+        self._releasing: set[asyncio.Task] = set()
+
+    def release(self, request_id: str) -> None:
+        """Tell the router this request's lease is free. Sent from outside the request's Serve context: a handle
+        call made in the context of a request Serve is cancelling (the client left) is a child request, and Serve
+        cancels it with its parent before it is ever sent."""
+        contextvars.Context().run(self.router.release.remote, request_id)
+
+    def release_after(self, route_call: Any, request_id: str) -> None:
+        """Release a lease whose routing call this ingress stopped waiting for (client gone, router died), once
+        that call has ended. A release sent at once can reach the router before the call leases: the call waits
+        in the admission queue and its cancellation races the release there, so the lease would be held until it
+        lapses. Sent after the call's end (decision, refusal, or cancellation), the release always comes later."""
+        task = asyncio.get_running_loop().create_task(
+            self._release_when_ended(route_call, request_id), context=contextvars.Context()
+        )
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _release_when_ended(self, route_call: Any, request_id: str) -> None:
+        try:  # the decision, a refusal, or the call's cancellation: either way the router is done with it
+            await asyncio.wait_for(route_call, self.args.router.max_wait_s + 5.0)
+        except BaseException:  # noqa: BLE001 - how it ended does not matter, only that it did (or we gave up)
+            pass
+        self.release(request_id)
 
     def begin(
         self,
@@ -176,16 +202,17 @@ class RequestLifecycle:
         self.pre = pre
         session = self._session()
         check = asyncio.ensure_future(self._path.doctor.check(session, pre.token_ids)) if session else None
+        route_call = self._path.router.route.remote(pre.route_request())
         try:
-            self.route = await self._path.router.route.remote(pre.route_request())
+            self.route = await route_call
         except RequestError:  # refused (saturated): nothing was leased
             if check is not None:
                 check.cancel()
             raise
-        except BaseException:  # cancelled (client gone) or the router died: it may have leased before we left
+        except BaseException:  # cancelled (client gone) or the router died: it may lease before or after we left
             if check is not None:
                 check.cancel()
-            self._path.router.release.remote(self.id)
+            self._path.release_after(route_call, self.id)
             raise
         observe_route(self.route, time.perf_counter() - routing, self.model.id)
         if check is not None:
@@ -339,7 +366,7 @@ class RequestLifecycle:
             self._stream.cancel()  # no-op when finished; aborts the engine request otherwise
         if not self._ended_normally and self.route is not None:
             # The engine reports its own ends; this covers requests it may never have seen.
-            self._path.router.release.remote(self.id)
+            self._path.release(self.id)
         post = self.post
         if post is None:
             return
