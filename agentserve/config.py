@@ -106,6 +106,11 @@ class EngineSpec(_Strict):
     # Publish KV cache events (vLLM's ZMQ format) for the router's prefix index; False: it learns approximately.
     kv_events: bool = True
     num_replicas: int | None = None  # None: the serve config's `deployments` (or 1) decides
+    # Stream chunks one replica sends per second across all its requests, after each request's first (always at
+    # once). Each chunk costs two Ray hops' worth of CPU (engine -> ingress -> proxy) whatever it carries, so at
+    # hundreds of streams tokens travel in groups: a request's chunks are spaced by running requests / this.
+    # One stream is never delayed (1 / 2000 s). None: every engine step is its own chunk.
+    max_chunks_per_s: float | None = Field(default=2000.0, gt=0)
     # scripted
     script: str | None = None  # path to the JSON rule list
     rules: tuple[ScriptRule, ...] = ()  # inline alternative to `script`

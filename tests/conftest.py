@@ -64,7 +64,17 @@ def running_graph(args: dict[str, Any], *, name: str = "agentserve") -> Iterator
         )
     _graph_running.append(name)
     port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    from agentserve.serve import ray_env
+
+    # The graph's processes start with the environment `make serve` ships; this driver keeps Serve's defaults
+    # (its sync `.result()` calls on handles need the handle router on its own loop).
+    ray.init(
+        num_cpus=8,
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+        runtime_env={"env_vars": ray_env.SERVE_ENV},
+    )
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app(args), name=name, route_prefix="/")

@@ -111,8 +111,9 @@ class ScriptedEngine:
             for i, tok in enumerate(out):
                 if not first:
                     kv.compute(request.prompt_tokens + i)  # this step computes the token sampled before
-                    if itl_ms > 0:
-                        await asyncio.sleep(itl_ms / 1000)
+                    # One engine step per token: with itl 0 it still yields to the loop, as a real engine's steps
+                    # do, so many streams interleave instead of one reply arriving in a single burst.
+                    await asyncio.sleep(itl_ms / 1000 if itl_ms > 0 else 0)
                 last = i == len(out) - 1
                 reason = None
                 if last:

@@ -146,12 +146,20 @@ class EngineReplica:
         received = time.perf_counter()
         self._admitted(request, route)
         first = True
+        sent_at = 0.0
+        budget = self._args.engine.max_chunks_per_s
         try:
             ended = False
             while not ended:
                 item = await queue.get()
                 if item is None:
                     return
+                if not first and budget and item.finish_reason is None:
+                    # Space this stream's chunks by (running requests / budget): one stream gets every token
+                    # at once; hundreds get theirs in groups, so the per-chunk cost of the hops stays bounded.
+                    gap = len(self._signals.running) / budget - (time.perf_counter() - sent_at)
+                    if gap > 0.001:
+                        await asyncio.sleep(gap)
                 batch = [item]
                 while self._args.coalesce_stream and not queue.empty():
                     nxt = queue.get_nowait()
@@ -164,6 +172,7 @@ class EngineReplica:
                     first = False
                     self._first_token(request, out, time.perf_counter() - received)
                 yield out
+                sent_at = time.perf_counter()
                 ended = ended or batch[-1].finish_reason is not None
         finally:
             task.cancel()  # the consumer went away: cancelling the engine stream aborts it

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import Any
 
 from ray import serve
@@ -60,6 +61,7 @@ class RouterReplica:
             KvEventSubscriber(on_update=self._wake) if self._args.router.policy == "kv" else None
         )
         self._endpoints: dict[str, str] = {}
+        self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
 
     def _bind_loop(self) -> None:
         if self._loop is None:
@@ -115,6 +117,7 @@ class RouterReplica:
         """Liveness plus lease renewal for the requests the replica still runs. False: unknown replica
         (the router restarted), which should register again."""
         self._bind_loop()
+        self._calls["heartbeat"] += 1
         known = self._router.heartbeat(replica_id)
         if known and running:
             self._router.renew(running)
@@ -123,6 +126,7 @@ class RouterReplica:
 
     async def report(self, replica_id: str, first_tokens: list[str], finished: list[str]) -> None:
         """An engine replica's batched request signals (first token, ended): never on a request's critical path."""
+        self._calls["report"] += 1
         self._router.report(first_tokens, finished)
 
     async def deregister(self, replica_id: str) -> None:
@@ -139,6 +143,7 @@ class RouterReplica:
     async def route(self, request: RouteRequest) -> RouteDecision:
         """Place a request and lease it a slot (released by the engine's report, the ingress, or expiry)."""
         self._bind_loop()
+        self._calls["route"] += 1
         self._drain()
         return await self._router.route(request)
 
@@ -148,6 +153,7 @@ class RouterReplica:
 
     async def release(self, request_id: str) -> None:
         """The ingress's release for a request the engine never started (client gone, error before the stream)."""
+        self._calls["release"] += 1
         self._router.release(request_id)
 
     # -- introspection -------------------------------------------------------------
@@ -163,6 +169,7 @@ class RouterReplica:
             "waiting": self._router.waiting,
             "rejected": self._router.rejected,
             "counters": dict(self._router.counters),
+            "calls": dict(self._calls),
             "events": dict(self._subscriber.stats) if self._subscriber else {},
         }
 

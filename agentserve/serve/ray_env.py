@@ -1,0 +1,40 @@
+"""The environment Ray and Serve start with under agentserve: one definition for `make serve`, the tests,
+the benchmarks and the KubeRay pods (agentserve/deploy/k8s.py), so what is measured is what is shipped.
+
+Ray and Serve read these once, at process start: they must be in the environment of the process that starts
+Ray (the raylet's workers inherit it), never set later.
+
+- RAY_SERVE_THROUGHPUT_OPTIMIZED=1: Serve's own low-overhead mode: replica user code on the replica's event loop
+  (no thread hop per call), the handle's router on the caller's loop, gRPC between deployments instead of Ray
+  actor calls, GC frozen after start-up. Together about halves the CPU the graph spends per request
+  (docs/BENCHMARKS.md, "Serving-layer overhead").
+- RAY_SERVE_ENABLE_DIRECT_INGRESS=0: that mode would also have each ingress replica listen on its own port
+  (30000+); clients keep the proxy's one port (8000) instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import MutableMapping
+
+SERVE_ENV: dict[str, str] = {
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def apply(environ: MutableMapping[str, str] | None = None) -> None:
+    """Set every variable the caller has not set itself (an operator's explicit choice wins)."""
+    env = os.environ if environ is None else environ
+    for key, value in SERVE_ENV.items():
+        env.setdefault(key, value)
+
+
+def shell_assignments() -> str:
+    """`K=V K=V …` for a Makefile or a shell: `env $(python -m agentserve.serve.ray_env) serve run …`."""
+    return " ".join(f"{k}={v}" for k, v in SERVE_ENV.items())
+
+
+if __name__ == "__main__":
+    print(shell_assignments())
