@@ -503,14 +503,16 @@ def pct(xs: list[float], p: float) -> float | None:
     return round(xs[min(len(xs) - 1, int(p / 100 * len(xs)))] * 1000, 1)
 
 
-def git_head() -> str:
+def git_head() -> dict[str, Any]:
+    """The commit, and any uncommitted changes to the serving code in the tree that ran (others may be editing it)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.rstrip()
+
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "agentserve", "scripts/load_test.py"],
-                               capture_output=True, text=True).stdout.strip()
-        return head + (" (+ uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        dirty = [line[3:] for line in git("status", "--porcelain", "--", "agentserve", "scripts/load_test.py").splitlines()]
+        return {"commit": git("rev-parse", "--short", "HEAD").strip(), "uncommitted": dirty}
+    except OSError:
+        return {"commit": "unknown", "uncommitted": []}
 
 
 def plot(st: Stats, ch: Chain, kills: list[dict[str, Any]], duration: float, out: Path) -> None:
