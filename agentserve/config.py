@@ -243,9 +243,13 @@ class ServeArgs(_Strict):
 
     @model_validator(mode="after")
     def _keys_are_digests(self) -> "ServeArgs":
-        bad = [k for k in self.api_keys if len(k) != 64 or any(c not in "0123456789abcdef" for c in k)]
-        if bad:
+        def digest(k: str) -> bool:
+            return len(k) == 64 and all(c in "0123456789abcdef" for c in k)
+
+        if not all(digest(k) for k in self.api_keys):
             raise ValueError("api_keys holds sha256 hex digests of the keys (hashlib.sha256(key.encode()).hexdigest()), not keys")
+        if not all(k == "*" or digest(k) for k in self.router.priority_keys):
+            raise ValueError('router.priority_keys holds sha256 hex digests of API keys, or "*" for every caller')
         return self
 
     @classmethod

@@ -31,3 +31,32 @@ def test_bad_values_are_400s():
     assert e.value.kind == "invalid_request"
     with pytest.raises(RequestError):
         extract_hints({}, {"nvext": {"agent_hints": {"osl": -1}}})
+
+
+def test_priority_is_clamped_unless_the_callers_key_may_raise_it():
+    import hashlib
+
+    from agentserve.config import ServeArgs
+    from agentserve.protocol import Conversation, GenerationRequest
+    from agentserve.serve import auth
+    from agentserve.serve.hints import authorize_hints, with_hints
+
+    trusted = hashlib.sha256(b"ops-key").hexdigest()
+    plain = GenerationRequest(request_id="r", model="m", conversation=Conversation(turns=()))
+    gen = with_hints(plain, {"x-agentserve-priority": "5", "x-agentserve-latency-sensitivity": "2.5",
+                             "x-agentserve-osl": "64"}, None)
+
+    def as_caller(key: str | None, allowed: tuple[str, ...]):
+        token = auth._IDENTITY.set(auth.identity_of(key))
+        try:
+            return authorize_hints(gen, allowed).hints
+        finally:
+            auth._IDENTITY.reset(token)
+
+    assert as_caller("ops-key", (trusted,)).priority == 5
+    anyone = as_caller("someone", (trusted,))
+    assert (anyone.priority, anyone.latency_sensitivity, anyone.osl) == (0, None, 64)  # only scheduling is clamped
+    assert as_caller(None, ()).priority == 0
+    assert as_caller("someone", ("*",)).latency_sensitivity == 2.5
+    with pytest.raises(ValueError, match="priority_keys"):
+        ServeArgs.model_validate({"router": {"priority_keys": ["plain-key"]}})
