@@ -609,7 +609,12 @@ def main() -> None:
     data_dir = tempfile.mkdtemp(prefix="agentserve-loadtest-")
     load_before = os.getloadavg()
     # A cluster of this process's own (never one already running on the machine); the declarative config API.
-    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
+    from agentserve.serve import ray_env
+
+    # The graph's processes start with the environment `make serve` ships (agentserve/serve/ray_env.py); this
+    # driver keeps Serve's defaults (its sync `.result()` calls need the handle router on a loop of its own).
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": ray_env.SERVE_ENV})
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         _get_global_client().deploy_apps(ServeDeploySchema.model_validate(serve_config(a, port, data_dir)))
@@ -679,6 +684,7 @@ def main() -> None:
                 "cpus": os.cpu_count(),
                 "python": platform.python_version(),
                 "ray": ray.__version__,
+                "serve_env": ray_env.SERVE_ENV,
             },
             "config": vars(a),
             "replicas_at_start": replicas_at_start,
