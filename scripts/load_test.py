@@ -456,9 +456,20 @@ async def kill_engine(at: float, kills: list[dict[str, Any]], t0: float) -> None
     victim = max(replicas, key=lambda r: replicas[r]["in_flight"])
     actor = next(x for x in named_actors("Engine") if victim in x["name"])
     ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
-    kills.append({"what": "Engine", "t_s": round(time.monotonic() - t0, 2), "replica": victim,
-                  "in_flight": replicas[victim]["in_flight"]})
-    print(f"killed engine replica {victim} with {replicas[victim]['in_flight']} requests in flight at t={kills[-1]['t_s']}s")
+    kill = {"what": "Engine", "t_s": round(time.monotonic() - t0, 2), "replica": victim,
+            "in_flight": replicas[victim]["in_flight"]}
+    kills.append(kill)
+    print(f"killed engine replica {victim} with {replicas[victim]['in_flight']} requests in flight at t={kill['t_s']}s")
+    give_up = time.monotonic() + 120
+    while time.monotonic() < give_up:  # Serve starts a new one: when does the router route to it?
+        await asyncio.sleep(0.5)
+        try:
+            now = set((await asyncio.to_thread(router_stats))["replicas"])
+        except Exception:  # noqa: BLE001 - keep looking
+            continue
+        if len(now) >= len(replicas) and victim not in now:
+            kill["replaced_after_s"] = round(time.monotonic() - t0 - kill["t_s"], 2)
+            return
 
 
 async def kill_store(at: float, kills: list[dict[str, Any]], t0: float) -> None:
@@ -470,7 +481,8 @@ async def kill_store(at: float, kills: list[dict[str, Any]], t0: float) -> None:
     kill = {"what": "ResponseStore", "t_s": round(time.monotonic() - t0, 2), "replica": old["name"].split("#")[-1]}
     kills.append(kill)
     print(f"killed the ResponseStore replica at t={kill['t_s']}s")
-    while True:  # Serve starts a new one: when is it up?
+    give_up = time.monotonic() + 120
+    while time.monotonic() < give_up:  # Serve starts a new one: when is it up?
         await asyncio.sleep(0.25)
         names = [x["name"] for x in named_actors("ResponseStore")]
         if names and names != [old["name"]]:
@@ -707,7 +719,8 @@ def main() -> None:
             "responses_chain": {
                 "turns": dict(ch.turns),
                 "turns_ok": ch.turns["ok"],
-                "turns_failed": sum(v for k, v in ch.turns.items() if k != "ok"),
+                "turns_rejected_then_retried": ch.turns["rejected_retry_after"],
+                "turns_failed": ch.turns["failed_with_error"] + ch.turns["broken"] + ch.turns["lost"],
                 "chains_started": ch.chains_started,
                 "continued_across_store_restart": ch.continued_across_store_restart,
                 "stored_before_store_kill": len(before_kill),
