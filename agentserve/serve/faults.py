@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, TaskCancelledError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -60,6 +60,8 @@ class ErrorBoundaryMiddleware:
 
         try:
             await self.app(scope, receive, tracking)
+        except TaskCancelledError:  # Serve cancelled the request because its client left: nobody to answer
+            logger.debug("request on %s cancelled: the client left", scope.get("path"))
         except Exception as exc:  # noqa: BLE001 - the boundary: log once, answer cleanly
             if started:
                 raise

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ray import serve
+from ray.exceptions import TaskCancelledError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -80,6 +81,9 @@ async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResp
 
 @app.exception_handler(Exception)
 async def _unexpected(request: Request, err: Exception) -> JSONResponse:
+    if isinstance(err, TaskCancelledError):  # the client left and Serve cancelled its request: not an ingress error
+        logger.debug("request on %s cancelled: the client left", request.url.path)
+        return JSONResponse({}, status_code=499)
     logger.exception("unhandled error on %s", request.url.path)
     return error_response(
         request.url.path, RequestError("internal", f"internal error: {type(err).__name__}: {err}")

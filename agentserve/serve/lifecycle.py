@@ -362,8 +362,8 @@ class RequestLifecycle:
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
-        if self._stream is not None:
-            self._stream.cancel()  # no-op when finished; aborts the engine request otherwise
+        if self._stream is not None and (self.post is None or self.post.finish_reason is None):
+            self._stream.cancel()  # the turn did not end: abort the engine request (a finished one ends itself)
         if not self._ended_normally and self.route is not None:
             # The engine reports its own ends; this covers requests it may never have seen.
             self._path.release(self.id)

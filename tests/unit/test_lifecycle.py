@@ -310,3 +310,46 @@ def test_engine_stream_ending_without_a_finish_is_an_error_not_a_hang():
 
     events = asyncio.run(run())
     assert events[-1].reason == "error" and "ended early" in events[-1].error
+
+
+def test_engine_reports_leave_the_scheduling_requests_context():
+    """The engine's batched report carries many requests' ends: it must not be a child of the request that
+    scheduled it (Serve cancels a request's child calls with it, and the batch would be lost)."""
+    import contextvars
+
+    from agentserve.serve.engine import RouterSignals
+
+    current = contextvars.ContextVar("request", default=None)
+    seen: list = []
+    router = SimpleNamespace(report=Method(lambda *a: seen.append(current.get())))
+
+    async def run():
+        signals = RouterSignals(router, "r0")
+        current.set("request-1")
+        signals.started("a")
+        signals.finished("a")
+        await asyncio.sleep(0.05)
+
+    asyncio.run(run())
+    assert router.report.calls == [("r0", [], ["a"])] and seen == [None]
+
+
+def test_a_release_leaves_the_cancelled_requests_context(tokenizer):
+    import contextvars
+
+    current = contextvars.ContextVar("request", default=None)
+    g = Graph(DONE, route="wait")
+    seen: list = []
+    g.router.release = Method(lambda rid: seen.append(current.get()))
+
+    async def run():
+        current.set("request-1")
+        async with _life(g) as life:
+            task = asyncio.create_task(life.admit())
+            await asyncio.sleep(0.02)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(run())
+    assert g.router.release.calls == [("req_1",)] and seen == [None]
