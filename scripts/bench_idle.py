@@ -404,6 +404,24 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def process_group(label: str) -> str:
+    """Processes grouped for the plot: one Ray dashboard, one of each replica, pids dropped."""
+    label = re.sub(r" \[\d+\]$", "", label)
+    if label.startswith("ray-dashboard-") or label == "python dashboard.py":
+        return "Ray dashboard (head + modules)"
+    return label.replace("ray::ServeReplica:agentserve:", "replica ").replace(".listen_for_change", "")
+
+
+def grouped_cores(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean cores per process group over a contender's runs."""
+    acc: dict[str, float] = {}
+    for r in runs:
+        for k, v in r["idle"]["by_process_cores"].items():
+            g = process_group(k)
+            acc[g] = acc.get(g, 0.0) + v / len(runs)
+    return acc
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -412,34 +430,38 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     runs = result["runs"]
     names = list(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    per = {n: grouped_cores(runs[n]) for n in names}
+    totals: dict[str, float] = {}
+    for g in per.values():
+        for k, v in g.items():
+            totals[k] = totals.get(k, 0.0) + v
+    top = [k for k, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:11]]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     ax = axes[0]
-    # stacked bars: top thread groups at rest
-    groups: dict[str, list[float]] = {}
-    for i, n in enumerate(names):
-        items = sorted(runs[n][-1]["idle"]["by_thread_name_cores"].items(), key=lambda kv: -kv[1])
-        shown = items[:5]
-        rest = runs[n][-1]["idle"]["cores"] - sum(v for _, v in shown)
-        for k, v in [*shown, ("other", rest)]:
-            groups.setdefault(f"{n}: {k}" if k != "other" else "other", [0.0] * len(names))[i] += v
+    cmap = plt.get_cmap("tab20")
     bottom = [0.0] * len(names)
-    for k, vals in groups.items():
-        ax.bar(names, vals, bottom=bottom, label=k[:60])
+    for i, k in enumerate([*top, "other"]):
+        vals = [(per[n].get(k, 0.0) if k != "other" else sum(v for kk, v in per[n].items() if kk not in top))
+                for n in names]
+        ax.bar(names, vals, bottom=bottom, label=k[:45], color=cmap(i % 20))
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel("cores at rest (CPU s / wall s)")
+    for i, n in enumerate(names):
+        ax.text(i, bottom[i] + 0.002, f"{result['summary'][n]['idle_cores_median']:.3f}", ha="center", fontsize=9)
+    ax.set_ylabel("cores at rest (CPU s / wall s), mean of runs")
     ax.set_title(f"CPU at rest over {result['config']['idle_seconds']:.0f} s, whole process tree")
-    ax.legend(fontsize=6, loc="upper right")
+    ax.legend(fontsize=7, loc="upper right")
     ax = axes[1]
     for i, n in enumerate(names):
-        ax.barh(i, result["summary"][n]["startup_s_median"], color="#1f77b4" if n == "graph" else "#ff7f0e")
-        ms = runs[n][-1]["log_milestones_s"]
-        for j, (label, t) in enumerate(ms.items()):
-            ax.plot([t], [i + 0.25], "k|")
+        xs = [r["startup_s"] for r in runs[n]]
+        ax.barh(i, result["summary"][n]["startup_s_median"], color="#cccccc")
+        ax.scatter(xs, [i] * len(xs), color="k", zorder=3, s=14)
     ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("seconds from launch to first completion (ticks: log milestones)")
-    ax.set_title("Start-up")
-    fig.suptitle(f"agentserve graph (make serve) vs vllm serve at rest and at start-up, git {result['conditions']['git']['head'][:10]}",
-                 fontsize=10)
+    ax.set_xlabel("seconds from launch to first completion (bar: median, dots: runs)")
+    ax.set_title("Start-up, each contender alone")
+    la = result["conditions"]
+    fig.suptitle(f"{result.get('label') or 'make serve vs vllm serve'}\ngit {la['git']['head'][:10]}, "
+                 f"load average {la['loadavg_1_5_15_at_start'][0]:.0f} at start, "
+                 f"{la['loadavg_1_5_15_at_end'][0]:.0f} at end (shared 2-core machine)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
