@@ -111,11 +111,11 @@ def run(seconds: float, sessions: int) -> list[tuple[float, Sample]]:
 def build_app_with_engines(args: dict, n: int):
     """build_app with n engine replicas (the Serve config's `num_replicas`, done in code)."""
     from agentserve.config import ServeArgs
-    from agentserve.serve.engine import EngineReplica
-    from agentserve.serve.ingress import Ingress
-    from agentserve.serve.preprocessor import PreprocessorReplica
-    from agentserve.serve.response_store import ResponseStoreReplica
-    from agentserve.serve.router import RouterReplica
+    from agentserve.serve.deployments.engine import EngineReplica
+    from agentserve.serve.deployments.ingress import Ingress
+    from agentserve.serve.deployments.preprocessor import PreprocessorReplica
+    from agentserve.serve.deployments.response_store import ResponseStoreReplica
+    from agentserve.serve.deployments.router import RouterReplica
 
     config = ServeArgs.from_any({**args, "secret_key": "0" * 64}).model_dump(mode="json")
     router = RouterReplica.bind(config)

@@ -1,6 +1,6 @@
 """The KV-aware router: prefix index + load + cost + admission, with replicas joining and leaving.
 
-Plain Python (asyncio only for admission waits); `serve/router.py` wraps it as the Router deployment
+Plain Python (asyncio only for admission waits); `serve/deployments/router.py` wraps it as the Router deployment
 and feeds it KV events. Modes: `kv` (index from engine KV events, plus provisional entries for
 prompts routed but not yet reported), `approx` (index learned from routing decisions only),
 `least_loaded` (no prefix term).

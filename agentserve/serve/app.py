@@ -8,11 +8,11 @@ from ray.serve import Application
 
 from agentserve.config import ServeArgs
 from agentserve.serve.auth import keys_from_env
-from agentserve.serve.engine import EngineReplica
-from agentserve.serve.ingress import Ingress
-from agentserve.serve.preprocessor import PreprocessorReplica
-from agentserve.serve.response_store import ResponseStoreReplica
-from agentserve.serve.router import RouterReplica
+from agentserve.serve.deployments.engine import EngineReplica
+from agentserve.serve.deployments.ingress import Ingress
+from agentserve.serve.deployments.preprocessor import PreprocessorReplica
+from agentserve.serve.deployments.response_store import ResponseStoreReplica
+from agentserve.serve.deployments.router import RouterReplica
 from agentserve.serve.state_args import settle_state
 
 

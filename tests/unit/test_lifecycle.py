@@ -317,7 +317,7 @@ def test_engine_reports_leave_the_scheduling_requests_context():
     scheduled it (Serve cancels a request's child calls with it, and the batch would be lost)."""
     import contextvars
 
-    from agentserve.serve.engine import RouterSignals
+    from agentserve.serve.deployments.engine import RouterSignals
 
     current = contextvars.ContextVar("request", default=None)
     seen: list = []

@@ -3,7 +3,7 @@
 Entries are scoped to an owner (a hash of the caller's API key): another key sees a 404, as if the response did
 not exist. It keeps the Responses shapes; the bytes live in a state backend (agentserve/state: a SQLite file by
 default, PostgreSQL in clusters), which enforces the entry, byte and TTL caps, so stored responses and
-`previous_response_id` chains survive restarts and redeploys. `serve/response_store.py` runs one instance as a
+`previous_response_id` chains survive restarts and redeploys. `serve/deployments/response_store.py` runs one instance as a
 Ray Serve deployment. Calls block on the database: run them off the event loop.
 """
 

@@ -22,7 +22,7 @@ def _decision(pending: Optional[PendingRequest]) -> RouteDecision | None:
     return None
 
 
-class PinnedReplicaRouter(RequestRouter):
+class PinToChosenReplica(RequestRouter):
     async def choose_replicas(
         self,
         candidate_replicas: List[RunningReplica],

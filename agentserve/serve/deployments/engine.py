@@ -87,7 +87,7 @@ def merge(deltas: list[EngineDelta]) -> EngineDelta:
     name="Engine",
     max_ongoing_requests=1024,  # the engine's scheduler is the real queue
     request_router_config=RequestRouterConfig(
-        request_router_class="agentserve.serve.replica_router:PinnedReplicaRouter"
+        request_router_class="agentserve.serve.deployments.engine_pinning:PinToChosenReplica"
     ),
     health_check_period_s=10,
     graceful_shutdown_timeout_s=30,
@@ -210,7 +210,7 @@ class EngineReplica:
         return self._replica_id
 
     def stats(self, route: RouteDecision | None = None) -> dict[str, Any]:
-        """`route` pins the call to one replica (PinnedReplicaRouter), so each replica can be asked."""
+        """`route` pins the call to one replica (engine_pinning.PinToChosenReplica), so each replica can be asked."""
         s = self._engine.stats()
         return {
             "replica_id": self._replica_id,
