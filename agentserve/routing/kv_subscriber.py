@@ -88,6 +88,14 @@ class KvEventSubscriber:
         poller = zmq.Poller()
         try:
             while not self._stop.is_set():
+                if not subs:
+                    # zmq_poll over no sockets returns at once: sleep on the command queue instead, or this thread
+                    # spins a whole core until the first engine registers (the engine's own start-up, on 2 cores).
+                    try:
+                        self._apply(subs, poller, *self._commands.get(timeout=POLL_MS / 1000))
+                    except queue.Empty:
+                        pass
+                    continue
                 self._apply_commands(subs, poller)
                 # Commands (add/remove) are rare; a long poll keeps an idle subscriber asleep.
                 for sock, _ in poller.poll(POLL_MS):
@@ -110,19 +118,24 @@ class KvEventSubscriber:
     def _apply_commands(self, subs: dict[str, _Sub], poller: zmq.Poller) -> None:
         while True:
             try:
-                op, replica, endpoint, replay = self._commands.get_nowait()
+                command = self._commands.get_nowait()
             except queue.Empty:
                 return
-            old = subs.pop(replica, None)
-            if old is not None:
-                poller.unregister(old.socket)
-                old.socket.close(linger=0)
-            if op == "add":
-                sock = self._ctx.socket(zmq.SUB)
-                sock.setsockopt(zmq.SUBSCRIBE, b"")
-                sock.connect(endpoint)
-                poller.register(sock, zmq.POLLIN)
-                subs[replica] = _Sub(replica, endpoint, replay, sock)
+            self._apply(subs, poller, *command)
+
+    def _apply(
+        self, subs: dict[str, _Sub], poller: zmq.Poller, op: str, replica: str, endpoint: str | None, replay: str | None
+    ) -> None:
+        old = subs.pop(replica, None)
+        if old is not None:
+            poller.unregister(old.socket)
+            old.socket.close(linger=0)
+        if op == "add":
+            sock = self._ctx.socket(zmq.SUB)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.connect(endpoint)
+            poller.register(sock, zmq.POLLIN)
+            subs[replica] = _Sub(replica, endpoint, replay, sock)
 
     def _on_batch(self, sub: _Sub, seq: int, payload: bytes) -> None:
         if sub.expected is None and seq > 0:

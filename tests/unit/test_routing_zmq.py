@@ -50,3 +50,18 @@ def test_gap_without_replay_and_restart_reset_the_replica():
         assert [type(u) for u in got] == [Events, Reset, Events, Reset, Events]
     finally:
         sub.close()
+
+
+def test_subscriber_sleeps_until_its_first_replica():
+    """Before any engine registers (its whole start-up) the subscriber thread must sleep, not spin a core."""
+    import time
+
+    from agentserve.routing.kv_subscriber import KvEventSubscriber
+
+    sub = KvEventSubscriber()
+    try:
+        started = time.process_time()
+        time.sleep(1.0)
+        assert time.process_time() - started < 0.2  # a spinning poll over no sockets burns ~1 s here
+    finally:
+        sub.close()
