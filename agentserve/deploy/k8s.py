@@ -196,8 +196,10 @@ def _secret_env(v: K8sValues) -> list[dict[str, Any]]:
 
 
 def _common_env(v: K8sValues) -> list[dict[str, Any]]:
+    from agentserve.serve.ray_env import SERVE_ENV  # what `make serve` and the benchmarks run with
+
     return [
-        {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
+        *({"name": k, "value": val} for k, val in SERVE_ENV.items()),
         {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
         {"name": "HF_HUB_OFFLINE", "value": "1"},  # weights come from the model cache volume
         *_secret_env(v),
