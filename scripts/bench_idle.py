@@ -160,16 +160,21 @@ def idle_profile(tree, seconds: float) -> dict[str, Any]:
 
 
 def makefile_serve_env() -> dict[str, str]:
-    """The `SERVE_ENV` variable of the Makefile (the environment `make serve` runs `serve run` with)."""
+    """The environment `make serve` runs Ray with (the `env K=V ...` of its recipe, as `make -n` prints it)."""
     try:
-        db = subprocess.run(["make", "-pq", "-f", "Makefile"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=30).stdout
+        out = subprocess.run(["make", "-n", "-s", "--no-print-directory", "-o", ".venv/.agentserve-installed",
+                              "serve"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
-    for line in db.splitlines():
-        m = re.match(r"^SERVE_ENV\s*:?=\s*(.*)$", line)
-        if m:
-            return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+    for line in out.splitlines():
+        if line.startswith("env "):
+            env: dict[str, str] = {}
+            for tok in line.split()[1:]:
+                if "=" not in tok or tok.startswith(("-", "'")):
+                    break
+                k, v = tok.split("=", 1)
+                env[k] = v
+            return env
     return {}
 
 
