@@ -109,8 +109,9 @@ class EngineSpec(_Strict):
     # Stream chunks one replica sends per second across all its requests, after each request's first (always at
     # once). Each chunk costs two Ray hops' worth of CPU (engine -> ingress -> proxy) whatever it carries, so at
     # hundreds of streams tokens travel in groups: a request's chunks are spaced by running requests / this.
-    # One stream is never delayed (1 / 2000 s). None: every engine step is its own chunk.
-    max_chunks_per_s: float | None = Field(default=2000.0, gt=0)
+    # One stream is never delayed (1 / 1000 s); 256 streams get theirs every 256 ms. None: every engine step is its
+    # own chunk. Measured in docs/BENCHMARKS.md ("Ingress capacity"): 1000 carries the most tokens per ingress core.
+    max_chunks_per_s: float | None = Field(default=1000.0, gt=0)
     # scripted
     script: str | None = None  # path to the JSON rule list
     rules: tuple[ScriptRule, ...] = ()  # inline alternative to `script`

@@ -30,6 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentserve.config import ServeArgs  # noqa: E402
 from tests.conftest import running_graph  # noqa: E402
 
 TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file",
@@ -55,11 +56,12 @@ def reply(tokens: int) -> str:
 PACED = ((256, 12.8), (1024, 51.2))
 
 
-def graph_args() -> dict[str, Any]:
+def graph_args(chunks_per_s: float | None = None) -> dict[str, Any]:
     rules = [{"match": f"len{n} ", "reply": reply(n), "itl_ms": 0} for n in LENGTHS]
     rules += [{"match": f"paced{streams} ", "reply": reply(2048), "itl_ms": itl} for streams, itl in PACED]
     return {
-        "engine": {"kind": "scripted", "block_size": 16, "rules": rules},
+        "engine": {"kind": "scripted", "block_size": 16, "rules": rules,
+                   **({"max_chunks_per_s": chunks_per_s} if chunks_per_s else {})},
         "model": {"aliases": ["smollm2", "claude-smollm2"], "context_window": 65536},
         "router": {"max_in_flight_per_replica": 4096},
     }
@@ -107,11 +109,14 @@ async def stream(c: httpx.AsyncClient, api: str, n_tokens: int, i: int, prefix: 
     return completion_tokens(api, tail)
 
 
+APP = "ingress-capacity"  # its own app name: the process title tells this graph's ingress from any other
+
+
 def ingress_process() -> psutil.Process:
-    for p in psutil.process_iter(["name"]):
-        if (p.info["name"] or "").startswith("ray::ServeReplica:agentserve:Ingress"):
-            return p
-    raise RuntimeError("no ingress replica process")
+    found = [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith(f"ray::ServeReplica:{APP}:Ingress")]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one ingress replica process of {APP}, found {len(found)}")
+    return found[0]
 
 
 def cpu_s(p: psutil.Process) -> float:
@@ -145,23 +150,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--apis", default="chat,anthropic,responses")
+    ap.add_argument("--chunks-per-s", type=float, default=None, help="engine.max_chunks_per_s (default: the shipped one)")
+    ap.add_argument("--only", choices=("concurrency", "length", "gpu_paced"), default=None)
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "ingress_capacity.json"))
     a = ap.parse_args()
     apis = a.apis.split(",")
     conc = (64, 256) if a.quick else (64, 256, 1024)
     sweep = (1024, 2048) if a.quick else LENGTHS
     rows: list[dict[str, Any]] = []
-    with running_graph(graph_args()) as url:
-        for api in apis:
+    with running_graph(graph_args(a.chunks_per_s), name=APP) as url:
+        for api in apis if a.only in (None, "concurrency") else ():
             for streams in conc:
                 row = {"api": api, "sweep": "concurrency", **asyncio.run(level(url, api, streams, 2048))}
                 rows.append(row)
                 print(_fmt(row), flush=True)
-        for n in sweep:
+        for n in sweep if a.only in (None, "length") else ():
             row = {"api": "chat", "sweep": "length", **asyncio.run(level(url, "chat", 16, n))}
             rows.append(row)
             print(_fmt(row), flush=True)
-        for streams, itl in PACED[:1] if a.quick else PACED:
+        for streams, itl in (PACED[:1] if a.quick else PACED) if a.only in (None, "gpu_paced") else ():
             for api in apis:
                 row = {"api": api, "sweep": "gpu_paced", "itl_ms": itl,
                        **asyncio.run(level(url, api, streams, 2048, prefix=f"paced{streams}"))}
@@ -170,6 +177,7 @@ def main() -> None:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {
         "command": "python scripts/bench_ingress_capacity.py" + (" --quick" if a.quick else ""),
+        "engine_max_chunks_per_s": a.chunks_per_s or ServeArgs().engine.max_chunks_per_s,
         "conditions": {"loadavg": os.getloadavg(), "git_head": head, "cpus": os.cpu_count(),
                        "note": "one ingress replica; client, proxy, engine and ingress share the machine's cores"},
         "rows": rows,

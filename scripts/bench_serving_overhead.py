@@ -31,16 +31,21 @@ sys.path.insert(0, str(ROOT))
 from tests.conftest import running_graph  # noqa: E402
 
 REPLY = "<think>Short thought.</think>Hello there friend, this is the answer."
+# c=64 runs 64 streams that each last about 2 s (100 tokens at 20 ms), as agent turns do, and measures what the graph
+# adds to each new request's first token while the others stream; the c=64 "instant" row (replies at once, clients
+# back to back) instead saturates the serving layer and gives its request rate.
+STREAMING = "<think>Short thought.</think>" + " word" * 100
 ARGS = {
-    "engine": {"kind": "scripted", "block_size": 16, "rules": [{"match": "", "reply": REPLY}]},
+    "engine": {"kind": "scripted", "block_size": 16,
+               "rules": [{"match": "streaming ", "reply": STREAMING, "itl_ms": 20}, {"match": "", "reply": REPLY}]},
     "model": {"aliases": ["smollm2", "claude-smollm2"]},
 }
 APIS = ("chat", "anthropic", "responses")
 
 
-def body(api: str, n: int) -> tuple[str, dict[str, Any], bytes]:
+def body(api: str, n: int, kind: str = "") -> tuple[str, dict[str, Any], bytes]:
     """(path, body, marker of the first content event) for request number n (unique text: no cache reuse)."""
-    text = f"request {n} at {time.time()}"
+    text = f"{kind}request {n} at {time.time()}"
     if api == "anthropic":
         return "/v1/messages", {"model": "claude-smollm2", "max_tokens": 64, "stream": True,
                                 "messages": [{"role": "user", "content": text}]}, b"content_block_delta"
@@ -50,8 +55,8 @@ def body(api: str, n: int) -> tuple[str, dict[str, Any], bytes]:
                                     "messages": [{"role": "user", "content": text}]}, b'"reasoning_content"'
 
 
-async def one(c: httpx.AsyncClient, api: str, n: int) -> float:
-    path, payload, marker = body(api, n)
+async def one(c: httpx.AsyncClient, api: str, n: int, kind: str = "") -> float:
+    path, payload, marker = body(api, n, kind)
     t = time.perf_counter()
     ttft = None
     async with c.stream("POST", path, json=payload) as r:
@@ -77,22 +82,28 @@ def summary(xs: list[float]) -> dict[str, float]:
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
 
 
-async def run_level(url: str, api: str, concurrency: int, per_client: int) -> list[float]:
+async def run_level(url: str, api: str, concurrency: int, per_client: int, kind: str = "") -> tuple[list[float], float]:
+    """TTFT samples and the request rate of `concurrency` closed-loop clients."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
         # warm-up round, excluded: connections open, code paths warm
-        await asyncio.gather(*(one(c, api, -i) for i in range(concurrency)))
+        await asyncio.gather(*(one(c, api, -i, kind) for i in range(concurrency)))
         samples: list[float] = []
 
         async def client(k: int) -> None:
+            await asyncio.sleep(k * 2.0 / concurrency if kind else 0)  # streams start spread over one stream's life
             for i in range(per_client):
-                samples.append(await one(c, api, k * 100_000 + i))
+                samples.append(await one(c, api, k * 100_000 + i, kind))
 
+        started = time.perf_counter()
         await asyncio.gather(*(client(k) for k in range(concurrency)))
-        return samples
+        return samples, len(samples) / (time.perf_counter() - started)
 
 
-def router_calls(app: str = "agentserve") -> dict[str, int]:
+APP = "serving-overhead"
+
+
+def router_calls(app: str = APP) -> dict[str, int]:
     from ray import serve
 
     return serve.get_deployment_handle("Router", app).stats.remote().result(timeout_s=10)["calls"]
@@ -103,17 +114,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "serving_overhead.json"))
     a = ap.parse_args()
-    n1, per64 = (40, 2) if a.quick else (300, 8)
+    n1, per64 = (40, 2) if a.quick else (300, 4)
     results: dict[str, Any] = {}
-    with running_graph(ARGS) as url:
+    with running_graph(ARGS, name=APP) as url:
         before = router_calls()
         requests = 0
         for api in APIS:
-            for conc, per in ((1, n1), (64, per64)):
-                samples = asyncio.run(run_level(url, api, conc, per))
+            for name, conc, per, kind in (("c1", 1, n1, ""), ("c64_streaming", 64, per64, "streaming "),
+                                          ("c64_instant", 64, per64, "")):
+                samples, rate = asyncio.run(run_level(url, api, conc, per, kind))
                 requests += conc * (per + 1)
-                results[f"{api}/c{conc}"] = summary(samples)
-                print(f"{api:<10} c={conc:<3} " + "  ".join(f"{k}={v}" for k, v in results[f"{api}/c{conc}"].items()))
+                results[f"{api}/{name}"] = {**summary(samples), "req_per_s": round(rate, 1)}
+                print(f"{api:<10} {name:<14} " + "  ".join(f"{k}={v}" for k, v in results[f"{api}/{name}"].items()))
         after = router_calls()
         calls = {k: round((after.get(k, 0) - before.get(k, 0)) / requests, 3) for k in ("route", "report", "release")}
         print("router calls per request:", calls)

@@ -10,6 +10,11 @@ Ray (the raylet's workers inherit it), never set later.
   (docs/BENCHMARKS.md, "Serving-layer overhead").
 - RAY_SERVE_ENABLE_DIRECT_INGRESS=0: that mode would also have each ingress replica listen on its own port
   (30000+); clients keep the proxy's one port (8000) instead.
+- Less periodic work at rest (docs/BENCHMARKS.md, "At rest and start-up"): the Serve controller's loop 0.1 -> 0.5 s,
+  replicas' and handles' cached-metrics flush 100 -> 1000 ms, the raylet's resource reports 100 -> 1000 ms, task
+  events 1 -> 5 s. The raylet and GCS read theirs only from the environment of the process that starts Ray.
+- RAY_worker_niceness=0: Ray starts workers (every replica, and so the vLLM engine core and worker) at nice 15;
+  `vllm serve` runs at 0, and on a busy machine nice 15 loses the CPU to everything else.
 """
 
 from __future__ import annotations
@@ -20,6 +25,11 @@ from typing import MutableMapping
 SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
+    "RAY_raylet_report_resources_period_milliseconds": "1000",
+    "RAY_task_events_report_interval_ms": "5000",
+    "RAY_worker_niceness": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 
