@@ -36,7 +36,8 @@ class IngressContext:
     def begin(
         self, request: Request, gen: GenerationRequest, model: ModelSpec, options: ParseOptions, *, api: str, arrived: float
     ) -> RequestLifecycle:
-        return self.path.begin(
+        return RequestLifecycle(
+            self.path,
             gen,
             model,
             options,

@@ -4,9 +4,9 @@
 `RequestLifecycle` is one request and owns everything it holds: its router lease, its engine stream, its
 doctor record. Every exit (normal end, client gone at any stage, engine failure, ingress error, timeout)
 goes through `close()`, which is synchronous and idempotent so it can run from any `finally`. Each API
-contributes only a decoder (before `begin`) and a `WireStream` encoder (bytes in its own idiom).
+contributes only a decoder (before the lifecycle starts) and a `WireStream` encoder (bytes in its own idiom).
 
-    async with path.begin(gen, model, options, api="chat", arrived=t0) as life:
+    async with RequestLifecycle(path, gen, model, options, api="chat", scope=caller, arrived=t0) as life:
         await life.admit()                      # 4xx / 503 here, before any byte is sent
         return life.streaming_response(wire)    # or: events = await life.collect()
 
@@ -127,21 +127,6 @@ class RequestPath:
             pass
         self.release(request_id)
 
-    def begin(
-        self,
-        request: GenerationRequest,
-        model: ModelSpec,
-        options: ParseOptions,
-        *,
-        api: str,
-        scope: str,
-        arrived: float,
-        client_request_id: str | None = None,
-    ) -> "RequestLifecycle":
-        return RequestLifecycle(
-            self, request, model, options, api=api, scope=scope, arrived=arrived, client_request_id=client_request_id
-        )
-
 
 class RequestLifecycle:
     def __init__(
@@ -154,7 +139,7 @@ class RequestLifecycle:
         api: str,
         scope: str,
         arrived: float,
-        client_request_id: str | None,
+        client_request_id: str | None = None,
     ) -> None:
         self._path = path
         self.request = request

@@ -21,6 +21,8 @@ import ray
 from ray import serve
 
 from tests.conftest import running_graph
+from tests.integration import graph_probe
+from tests.integration.graph_probe import wait_for
 from tests.integration.conftest import RULES, sse_events
 
 pytestmark = pytest.mark.integration
@@ -42,30 +44,12 @@ def url(model_path) -> Iterator[str]:
         yield u
 
 
-def wait_for(pred, timeout: float = 30.0, every: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if pred():
-                return
-        except Exception:  # noqa: BLE001 - a component restarting
-            pass
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout}s")
-
-
 def router_stats() -> dict:
-    return serve.get_deployment_handle("Router", APP).stats.remote().result(timeout_s=10)
+    return graph_probe.router_stats(APP)
 
 
 def engine_active() -> int:
-    """Requests running in the engine replicas the router knows (each asked through a pinned call)."""
-    from agentserve.protocol import RouteDecision
-
-    handle = serve.get_deployment_handle("Engine", APP)
-    replicas = router_stats()["replicas"]
-    calls = [handle.stats.remote(RouteDecision(replica_id=r)) for r in replicas]
-    return sum(c.result(timeout_s=10)["active"] for c in calls)
+    return graph_probe.engine_active(APP)
 
 
 def request(api: str, content: str, *, stream: bool = True, system: str = SYSTEM) -> tuple[str, dict]:

@@ -26,7 +26,7 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.lifecycle import ParseOptions, RequestPath
+from agentserve.serve.lifecycle import ParseOptions, RequestLifecycle, RequestPath
 
 
 class Method:
@@ -144,7 +144,8 @@ class Wire:
 
 
 def _life(g: Graph):
-    return g.path.begin(
+    return RequestLifecycle(
+        g.path,
         _request(), ModelSpec(reasoning_parser=None, tool_call_parser=None), ParseOptions(tools=[]),
         api="chat", scope="caller", arrived=0.0,
     )
