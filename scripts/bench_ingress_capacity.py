@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -44,7 +45,7 @@ LENGTHS = (1024, 2048, 8192, 32768)
 
 def reply(tokens: int) -> str:
     """About `tokens` tokens: reasoning (40%), text (55%), then one tool call."""
-    word = " lorem"  # one token per word in the embedded tokenizer
+    word = " data"  # one token per word in the embedded tokenizer
     think = word * int(tokens * 0.4)
     text = word * int(tokens * 0.55)
     call = '<tool_call>\n{"name": "read_file", "arguments": {"path": "src/main.py"}}\n</tool_call>'
@@ -82,6 +83,10 @@ def request(api: str, n_tokens: int, i: int, prefix: str | None = None) -> tuple
 def completion_tokens(api: str, tail: bytes) -> int:
     """Output tokens from the stream's final usage (the last events carry it)."""
     text = tail.decode("utf-8", "replace")
+    if api == "responses":  # response.completed repeats the whole output: its line outgrows the tail, usage ends it
+        found = re.findall(r'"output_tokens":(\d+)', text)
+        if found:
+            return int(found[-1])
     for line in reversed(text.splitlines()):
         if not line.startswith("data:") or "[DONE]" in line:
             continue
