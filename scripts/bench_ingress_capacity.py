@@ -163,32 +163,37 @@ def main() -> None:
     conc = (64, 256) if a.quick else (64, 256, 1024)
     sweep = (1024, 2048) if a.quick else LENGTHS
     rows: list[dict[str, Any]] = []
-    with running_graph(graph_args(a.chunks_per_s), name=APP) as url:
-        for api in apis if a.only in (None, "concurrency") else ():
-            for streams in conc:
-                row = {"api": api, "sweep": "concurrency", **asyncio.run(level(url, api, streams, 2048))}
-                rows.append(row)
-                print(_fmt(row), flush=True)
-        for n in sweep if a.only in (None, "length") else ():
-            row = {"api": "chat", "sweep": "length", **asyncio.run(level(url, "chat", 16, n))}
-            rows.append(row)
-            print(_fmt(row), flush=True)
-        for streams, itl in (PACED[:1] if a.quick else PACED) if a.only in (None, "gpu_paced") else ():
-            for api in apis:
-                row = {"api": api, "sweep": "gpu_paced", "itl_ms": itl,
-                       **asyncio.run(level(url, api, streams, 2048, prefix=f"paced{streams}"))}
-                rows.append(row)
-                print(_fmt(row), flush=True)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    doc = {
-        "command": "python scripts/bench_ingress_capacity.py" + (" --quick" if a.quick else ""),
-        "engine_max_chunks_per_s": a.chunks_per_s or ServeArgs().engine.max_chunks_per_s,
-        "conditions": {"loadavg": os.getloadavg(), "git_head": head, "cpus": os.cpu_count(),
-                       "note": "one ingress replica; client, proxy, engine and ingress share the machine's cores"},
-        "rows": rows,
-    }
-    Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
-    plot(doc, Path(a.out).with_suffix(".png"))
+
+    def save() -> None:  # after every row: a run cut short keeps what it measured
+        doc = {
+            "command": "python scripts/bench_ingress_capacity.py" + (" --quick" if a.quick else ""),
+            "engine_max_chunks_per_s": a.chunks_per_s or ServeArgs().engine.max_chunks_per_s,
+            "conditions": {"loadavg": os.getloadavg(), "git_head": head, "cpus": os.cpu_count(),
+                           "note": "one ingress replica; client, proxy, engine and ingress share the machine's cores"},
+            "rows": rows,
+        }
+        Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+        plot(doc, Path(a.out).with_suffix(".png"))
+
+    plan: list[tuple[dict[str, Any], str, int, int, str | None]] = []  # (row labels, api, streams, tokens, prefix)
+    if a.only in (None, "concurrency"):
+        plan += [({"api": api, "sweep": "concurrency"}, api, n, 2048, None) for api in apis for n in conc]
+    if a.only in (None, "length"):
+        plan += [({"api": "chat", "sweep": "length"}, "chat", 16, n, None) for n in sweep]
+    if a.only in (None, "gpu_paced"):
+        plan += [({"api": api, "sweep": "gpu_paced", "itl_ms": itl}, api, streams, 2048, f"paced{streams}")
+                 for streams, itl in (PACED[:1] if a.quick else PACED) for api in apis]
+    with running_graph(graph_args(a.chunks_per_s), name=APP) as url:
+        for labels, api, streams, n_tokens, prefix in plan:
+            try:
+                row = {**labels, **asyncio.run(level(url, api, streams, n_tokens, prefix))}
+                print(_fmt(row), flush=True)
+            except Exception as exc:  # noqa: BLE001 - recorded, not hidden: the row says what failed
+                row = {**labels, "streams": streams, "output_tokens": n_tokens, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                print(f"{labels} streams={streams}: FAILED {row['error']}", flush=True)
+            rows.append(row)
+            save()
 
 
 def _fmt(r: dict[str, Any]) -> str:
@@ -204,6 +209,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    doc = {**doc, "rows": [r for r in doc["rows"] if "error" not in r]}
     for api in sorted({r["api"] for r in doc["rows"] if r["sweep"] == "concurrency"}):
         rs = [r for r in doc["rows"] if r["api"] == api and r["sweep"] == "concurrency"]
         a1.plot([r["streams"] for r in rs], [r["agg_tok_s"] for r in rs], "o-", label=f"{api} received")
