@@ -1,8 +1,9 @@
-"""Small HTTP helpers every API handler uses: body parsing (decompressed, then into a pydantic model), request ids, SSE headers."""
+"""Small HTTP helpers every API handler uses: body parsing (decompressed, then into a pydantic model), SSE headers.
+
+Request ids are the server's own (serve/request_id.py); a client's x-request-id is never one."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, TypeVar
 
 import orjson
@@ -39,7 +40,3 @@ async def parse_body(request: Request, model: type[M]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise RequestError("invalid_request", describe_validation(exc.errors())) from exc
-
-
-def request_id(request: Request) -> str:
-    return request.headers.get("x-request-id") or uuid.uuid4().hex

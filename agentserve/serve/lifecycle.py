@@ -30,13 +30,12 @@ from starlette.types import Receive, Scope, Send
 
 from agentserve import metrics
 from agentserve.config import ModelSpec, ServeArgs
-from agentserve.doctor import PrefixReport
+from agentserve.doctor import PrefixDoctor, PrefixReport
 from agentserve.postprocess import Postprocessor
 from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest, RouteDecision
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.http import SSE_HEADERS
-from agentserve.serve.observe import StreamObserver, bind_request_id, observe_route
-from agentserve.serve.prefix_doctor import PrefixDoctorClient
+from agentserve.serve.observe import StreamObserver, bind_request_id, observe_prefix, observe_route
 from agentserve.serve.speculative import SpeculativePrefill, TurnCollector
 
 logger = logging.getLogger("ray.serve")
@@ -92,7 +91,8 @@ class RequestPath:
         self.router = router
         self.engine = engine.options(stream=True)
         self.tokenizer = tokenizer
-        self.doctor = PrefixDoctorClient(args, tokenizer)
+        # Sessions are keyed `<caller identity>/<session>`: one caller's header never describes another's turn.
+        self.doctor = PrefixDoctor.from_args(args, tokenizer)
         self.speculative = SpeculativePrefill(
             preprocessor=preprocessor,
             router=router,
@@ -202,7 +202,7 @@ class RequestLifecycle:
         observe_route(self.route, time.perf_counter() - routing, self.model.id)
         if check is not None:
             self.report = await check
-            self._path.doctor.observe(pre.model, self.report)
+            observe_prefix(pre.model, self.report)
         if pre.replay_reordered:
             metrics.REPLAY_REORDERED.labels(pre.model).inc(pre.replay_reordered)
         if self.request.hints.speculative_prefill and self._path.speculative.enabled:

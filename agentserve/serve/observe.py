@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from agentserve import metrics
+from agentserve.doctor import PrefixReport
 from agentserve.protocol import RouteDecision
 from agentserve.protocol.events import ToolCallEnd, ToolCallError, ToolCallTruncated
 
@@ -32,6 +33,14 @@ def bind_request_id(request_id: str) -> None:
             context._serve_request_context.set(dataclasses.replace(current, request_id=request_id))
     except Exception:  # outside a replica, or Serve internals moved: logs keep Serve's own id
         pass
+
+
+def observe_prefix(model: str, report: PrefixReport | None) -> None:
+    if report is None:
+        return
+    metrics.PREFIX_REUSE.labels(model).observe(report.reuse_ratio)
+    if report.cause is not None:
+        metrics.PREFIX_DIVERGENCES.labels(model, report.cause).inc()
 
 
 def observe_route(route: RouteDecision, waited_s: float, model: str) -> None:
