@@ -221,3 +221,22 @@ def test_call_cut_by_max_tokens_is_reported_as_length_with_its_text(client):
     assert choice.finish_reason == "length"
     assert not choice.message.tool_calls
     assert choice.message.content.startswith("<tool_call>")
+
+
+def test_prefix_header_reports_reuse_and_is_scoped_to_the_caller(graph_url):
+    """x-agentserve-prefix compares a session's turn with its previous one, only within one caller's key."""
+    first = [{"role": "user", "content": f"prefix header session {time.time()}"}]
+
+    def turn(messages, key):
+        r = httpx.post(f"{graph_url}/v1/chat/completions", timeout=60, headers={"authorization": f"Bearer {key}"},
+                       json={"model": "smollm2", "messages": messages})
+        assert r.status_code == 200, r.text
+        return r
+
+    r1 = turn(first, "key-a")
+    assert "x-agentserve-prefix" not in r1.headers  # a session's first turn has nothing to compare with
+    reply = r1.json()["choices"][0]["message"]["content"]
+    follow_up = [*first, {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}]
+    same_caller = turn(follow_up, "key-a").headers["x-agentserve-prefix"]
+    assert same_caller.startswith("reuse=") and int(same_caller.split("reused=")[1].split(";")[0]) > 0
+    assert "x-agentserve-prefix" not in turn(follow_up, "key-b").headers  # another caller learns nothing
