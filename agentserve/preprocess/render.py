@@ -36,6 +36,8 @@ from agentserve.protocol.errors import RequestError
 class RenderPlan:
     messages: list[dict[str, Any]]
     reordered_turns: int  # assistant turns whose interleaving one reasoning field could not keep
+    # Per conversation turn, the messages [start, end) it became (an assistant turn may become several).
+    turn_spans: tuple[tuple[int, int], ...] = ()
 
 
 def _call(b: ToolCallBlock, caps: TemplateCaps) -> dict[str, Any]:
@@ -125,7 +127,9 @@ def _assistant(turn: Turn, policy: ReplayPolicy, caps: TemplateCaps) -> tuple[di
 def plan_messages(conversation: Conversation, policy: ReplayPolicy, caps: TemplateCaps) -> RenderPlan:
     messages: list[dict[str, Any]] = []
     reordered = 0
+    spans: list[tuple[int, int]] = []
     for turn in conversation.turns:
+        spans.append((len(messages), len(messages)))
         if turn.role == "assistant":
             calls = sum(isinstance(b, ToolCallBlock) for b in turn.blocks)
             parts = _per_call_turns(turn) if caps.one_call_per_message and calls > 1 else [turn]
@@ -135,6 +139,7 @@ def plan_messages(conversation: Conversation, policy: ReplayPolicy, caps: Templa
                 messages.append(msg)
                 lost = lost or part_lost
             reordered += lost
+            spans[-1] = (spans[-1][0], len(messages))
             continue
         text_parts: list[str] = []
         for block in turn.blocks:
@@ -153,4 +158,5 @@ def plan_messages(conversation: Conversation, policy: ReplayPolicy, caps: Templa
         if not only_tool_results:
             role = "user" if turn.role == "tool" else turn.role
             messages.append({"role": role, "content": "".join(text_parts)})
-    return RenderPlan(messages, reordered)
+        spans[-1] = (spans[-1][0], len(messages))
+    return RenderPlan(messages, reordered, tuple(spans))
