@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, Sequence
 
 from agentserve.config import EngineSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats
@@ -36,9 +36,11 @@ class ScriptedEngine:
         block_size: int,
         cache: ScriptedCache,
         publisher: KvEventPublisher | None = None,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         self._rules = rules
         self._encode = encode
+        self._decode = decode  # needed only to honour stop strings
         self._eos = eos_token_id
         self._cache_spec = cache
         self._cache = PrefixCache(cache.capacity_blocks, block_size, publisher.publish if publisher else None)
@@ -60,6 +62,7 @@ class ScriptedEngine:
             spec.block_size,
             spec.cache,
             KvEventPublisher() if spec.kv_events else None,
+            decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
         )
 
     async def start(self) -> None:
@@ -88,6 +91,21 @@ class ScriptedEngine:
                 return ids, rule.itl_ms
         return [], 0.0
 
+    def _stop_at(self, ids: list[int], stops: Sequence[str]) -> int | None:
+        """Index of the token whose text completes the first stop string, as vLLM stops (None: no stop hit)."""
+        if not stops:
+            return None
+        if self._decode is None:
+            raise ValueError("this scripted engine has no decoder: it cannot honour stop strings")
+        hit = lambda n: any(s in self._decode(ids[:n]) for s in stops)  # noqa: E731 - monotone in n
+        if not hit(len(ids)):
+            return None
+        lo, hi = 1, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if hit(mid) else (mid + 1, hi)
+        return lo - 1
+
     async def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:
         self._active += 1
         self._started += 1
@@ -98,6 +116,9 @@ class ScriptedEngine:
             ids = list(reply)
             if self._eos is not None and not request.sampling.ignore_eos:
                 ids.append(self._eos)
+            stop_at = self._stop_at(ids, request.sampling.stop)
+            if stop_at is not None:
+                ids = ids[: stop_at + 1]  # the stop string ends the turn: nothing after it is generated
             limit = request.max_tokens
             out = ids[:limit]
             kv = self._cache.admit(request.token_ids, request.block_hashes, out)

@@ -127,14 +127,18 @@ class VllmEngine:
             max_tokens=request.max_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
-            top_k=s.top_k,
+            top_k=max(s.top_k, 0),  # 0 and -1 both mean "off"; vLLM's own default is 0
             min_p=s.min_p,
             seed=s.seed,
             presence_penalty=s.presence_penalty,
             frequency_penalty=s.frequency_penalty,
             repetition_penalty=s.repetition_penalty,
             ignore_eos=s.ignore_eos,
-            detokenize=False,
+            stop=list(s.stop) or None,
+            logit_bias=dict(s.logit_bias) or None,
+            logprobs=s.logprobs,
+            # vLLM matches stop strings on its own detokenized text; without stops the ingress alone detokenizes.
+            detokenize=bool(s.stop),
             output_kind=RequestOutputKind.DELTA,
         )
 

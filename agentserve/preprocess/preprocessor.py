@@ -97,6 +97,13 @@ class Preprocessor:
                 param="messages",
                 code="context_length_exceeded",
             )
+        vocab = len(self._tok)
+        bad = [t for t, _ in request.sampling.logit_bias if t >= vocab]
+        if bad:
+            raise RequestError(
+                "invalid_request", f"logit_bias names token ids outside the vocabulary (size {vocab}): {bad[:5]}",
+                param="logit_bias",
+            )
         requested = request.sampling.max_tokens
         max_tokens = window - n if requested is None else min(requested, window - n)
         opener = self._policy.think_open.strip()

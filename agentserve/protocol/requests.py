@@ -21,8 +21,12 @@ class SamplingParams(BaseModel):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    stop: tuple[str, ...] = ()  # applied to decoded text in the ingress, engine-agnostic
+    # The engine stops at the first of these (so usage counts no token past it); the ingress cuts the text there.
+    stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit), bias in [-100, 100]
+    # None: no logprobs; k >= 0: each sampled token's logprob and its k most likely alternatives.
+    logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
 class AgentHints(BaseModel):

@@ -22,6 +22,7 @@ from agentserve.apis.anthropic.schema import (
     MessageParam,
     MessagesRequest,
     MidConvSystemParam,
+    OutputConfig,
     RedactedThinkingParam,
     TextParam,
     ThinkingEnabled,
@@ -33,6 +34,7 @@ from agentserve.apis.anthropic.schema import (
     ToolUseParam,
 )
 from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
     AgentHints,
     Block,
@@ -260,6 +262,22 @@ def _check_thinking_budget(req: MessagesRequest) -> None:
             raise _bad("`max_tokens` must be greater than `thinking.budget_tokens`", "max_tokens")
 
 
+# Fields that would change the output and are not applied here (see apis/unapplied.py).
+UNAPPLIED: Unapplied = {
+    "output_format": None,
+    "mcp_servers": lambda v: bool(v),
+    "container": None,
+}
+OUTPUT_CONFIG_UNAPPLIED: Unapplied = {"format": None}
+
+
+def _reject_unapplied(req: MessagesRequest) -> None:
+    reject_unapplied(req, UNAPPLIED)
+    config = (req.model_extra or {}).get("output_config")
+    if isinstance(config, dict):
+        reject_unapplied(OutputConfig.model_validate(config), OUTPUT_CONFIG_UNAPPLIED, prefix="output_config.")
+
+
 def decode(
     req: MessagesRequest,
     *,
@@ -269,6 +287,7 @@ def decode(
     session_id: str | None = None,
 ) -> GenerationRequest:
     _check_thinking_budget(req)
+    _reject_unapplied(req)
     user_id = (req.metadata or {}).get("user_id")
     sampling = SamplingParams(
         max_tokens=req.max_tokens,

@@ -146,6 +146,13 @@ class ThinkingAdaptive(_Open):
 Thinking = Annotated[Union[ThinkingEnabled, ThinkingDisabled, ThinkingAdaptive], Field(discriminator="type")]
 
 
+class OutputConfig(_Open):
+    """`output_config`: the output's format (a JSON schema) and effort."""
+
+    format: dict[str, Any] | None = None
+    effort: str | None = None
+
+
 class CountTokensRequest(_Open):
     """What the prompt is rendered from: shared by create and count_tokens, so their counts agree."""
 

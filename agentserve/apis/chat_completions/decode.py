@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from agentserve.apis.chat_completions.schema import ChatCompletionRequest, ImagePart, Message, TextPart
+from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
     AgentHints,
     Conversation,
@@ -71,9 +72,60 @@ def _turn(msg: Message, index: int) -> Turn:
     return Turn(role="assistant", blocks=tuple(blocks))
 
 
+# Fields that would change the output and are not applied here (see apis/unapplied.py).
+UNAPPLIED: Unapplied = {
+    "logprobs": lambda v: v is True,
+    "top_logprobs": lambda v: v > 0,
+    "response_format": lambda v: v.get("type") != "text",
+    "audio": None,
+    "modalities": lambda v: list(v) != ["text"],
+    "prediction": None,
+    "functions": None,
+    "function_call": None,
+    "web_search_options": None,
+    "verbosity": lambda v: v != "medium",
+    # vLLM's own extensions, which a client pointed at vLLM may send
+    "guided_json": None,
+    "guided_regex": None,
+    "guided_choice": None,
+    "guided_grammar": None,
+    "structured_outputs": None,
+    "best_of": lambda v: v != 1,
+    "use_beam_search": lambda v: v is True,
+    "min_tokens": lambda v: v != 0,
+    "bad_words": lambda v: bool(v),
+    "allowed_token_ids": None,
+    "stop_token_ids": lambda v: bool(v),
+    "prompt_logprobs": None,
+    "echo": lambda v: v is True,
+    "include_stop_str_in_output": lambda v: v is True,
+    "add_generation_prompt": lambda v: v is False,
+    "continue_final_message": lambda v: v is True,
+    "chat_template": None,
+    "logits_processors": None,
+    "documents": None,
+}
+
+
+def _logit_bias(raw: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    out: list[tuple[int, float]] = []
+    for key, bias in (raw or {}).items():
+        if not key.isdigit():
+            raise RequestError("invalid_request", f"logit_bias keys are token ids, got '{key}'", param="logit_bias")
+        if not -100 <= bias <= 100:
+            raise RequestError(
+                "invalid_request", f"logit_bias values lie in [-100, 100], got {bias} for {key}", param="logit_bias"
+            )
+        out.append((int(key), float(bias)))
+    return tuple(out)
+
+
 def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> GenerationRequest:
     if req.n != 1:
-        raise RequestError("invalid_request", "only n=1 is supported", param="n")
+        raise RequestError(
+            "invalid_request", "only n=1 is supported (one choice per request; send n requests instead)", param="n"
+        )
+    reject_unapplied(req, UNAPPLIED)
     tools = tuple(
         ToolSpec(
             name=t.function.name,
@@ -95,7 +147,7 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
         raise RequestError(
             "invalid_request", "tool_choice 'required' needs at least one tool", param="tool_choice"
         )
-    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    stop = tuple(s for s in ((req.stop,) if isinstance(req.stop, str) else req.stop or ()) if s)
     sampling = SamplingParams(
         max_tokens=req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
@@ -108,6 +160,7 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
         repetition_penalty=req.repetition_penalty or 1.0,
         stop=stop,
         ignore_eos=req.ignore_eos,
+        logit_bias=_logit_bias(req.logit_bias),
     )
     return GenerationRequest(
         request_id=request_id,

@@ -83,7 +83,7 @@ class ChatCompletionRequest(_Open):
     max_completion_tokens: int | None = Field(default=None, ge=0)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = None
+    top_k: int | None = Field(default=None, ge=-1)
     min_p: float | None = None
     n: int = 1
     seed: int | None = None
@@ -91,6 +91,11 @@ class ChatCompletionRequest(_Open):
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
     ignore_eos: bool = False
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from agentserve.apis.responses import schema as s
 from agentserve.apis.responses.sealing import SealError, Sealer
+from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
     AgentHints,
     Conversation,
@@ -238,6 +239,26 @@ class _Decoder:
         return self.turns
 
 
+# Fields that would change the output and are not applied here (see apis/unapplied.py).
+UNAPPLIED: Unapplied = {
+    "top_logprobs": lambda v: v > 0,
+    "include": lambda v: "message.output_text.logprobs" in v,
+    "max_tool_calls": None,
+    "prompt": None,
+    "conversation": None,
+}
+TEXT_UNAPPLIED: Unapplied = {
+    "format": lambda v: isinstance(v, dict) and v.get("type") not in (None, "text"),
+    "verbosity": lambda v: v != "medium",
+}
+
+
+def _reject_unapplied(req: s.ResponsesRequest) -> None:
+    reject_unapplied(req, UNAPPLIED)
+    if req.text is not None:
+        reject_unapplied(s.TextConfig.model_validate(req.text), TEXT_UNAPPLIED, prefix="text.")
+
+
 def decode(
     req: s.ResponsesRequest,
     *,
@@ -249,6 +270,7 @@ def decode(
 ) -> Decoded:
     if req.background:
         raise RequestError("invalid_request", "background responses are not supported", param="background")
+    _reject_unapplied(req)
     decoder = _Decoder(sealer, model)
     if req.instructions:
         decoder.turns.append(Turn(role="system", blocks=(TextBlock(text=req.instructions),)))

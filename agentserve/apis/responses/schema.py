@@ -209,6 +209,13 @@ class Reasoning(_Open):
     generate_summary: str | None = None
 
 
+class TextConfig(_Open):
+    """`text`: the output's format (`text` or a JSON schema) and verbosity."""
+
+    format: dict[str, Any] | None = None
+    verbosity: str | None = None
+
+
 class ResponsesRequest(_Open):
     model: str
     input: str | list[InputItem] = Field(default_factory=list)
