@@ -13,7 +13,7 @@ from .events import (
     ToolCallStart,
     ToolCallTruncated,
 )
-from .formats import reasoning_parsers, tool_call_parsers
+from .formats import parser_markers, reasoning_parsers, tool_call_parsers
 from .stream import StreamParser
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ToolCallError",
     "ToolCallStart",
     "ToolCallTruncated",
+    "parser_markers",
     "reasoning_parsers",
     "tool_call_parsers",
 ]

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from .harmony import MARKERS as HARMONY_MARKERS
 from .reasoning import REASONING_FORMATS
 from .schema import ToolIndex
 from .sink import CallSink
 from .tools.base import BlockFormat, Body
 from .tools.json_calls import JsonCallsBody
-from .tools.mistral import TOOL_CALLS, MistralBody
-from .tools.pythonic import PY_START, PythonicBody
+from .tools.mistral import ARGS, CALL_ID, TOOL_CALLS, MistralBody
+from .tools.pythonic import PY_END, PY_START, PythonicBody
 from .tools.sep_calls import DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, SepBody, SepFormat
 from .tools.xml_calls import GLM47, MINIMAX_M2, QWEN3_CODER, XmlBody, XmlFormat
 
-__all__ = ["TOOL_FORMATS", "HARMONY", "GPT_OSS", "reasoning_parsers", "tool_call_parsers"]
+__all__ = ["TOOL_FORMATS", "HARMONY", "GPT_OSS", "parser_markers", "reasoning_parsers", "tool_call_parsers"]
 
 HARMONY = "harmony"  # tool-call name handled by harmony.HarmonyStage
 GPT_OSS = "gpt_oss"  # reasoning name handled by harmony.HarmonyStage
@@ -22,21 +23,29 @@ def _json_block(name: str, start: str, end: str) -> BlockFormat:
     def make(_m: str, sink: CallSink, _tools: ToolIndex) -> Body:
         return JsonCallsBody(sink, end)
 
-    return BlockFormat(name, (start,), make)
+    return BlockFormat(name, (start,), make, markers=(start, end))
 
 
 def _sep(name: str, f: SepFormat) -> BlockFormat:
     def make(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
         return SepBody(f, m, sink)
 
-    return BlockFormat(name, (f.section_open, f.call_open), make)
+    return BlockFormat(
+        name, (f.section_open, f.call_open), make,
+        markers=(f.section_open, f.section_close, f.call_open, f.sep, f.call_close),
+    )
 
 
 def _xml(name: str, start: str, f: XmlFormat) -> BlockFormat:
     def make(_m: str, sink: CallSink, tools: ToolIndex) -> Body:
         return XmlBody(f, sink, tools)
 
-    return BlockFormat(name, (start,), make)
+    return BlockFormat(name, (start,), make, markers=(start, *_xml_markers(f)))
+
+
+def _xml_markers(f: XmlFormat) -> tuple[str, ...]:
+    ms = (f.block_close, f.call_open, f.name_close, f.call_close, f.key_open, f.key_close, f.value_open, f.value_close)
+    return tuple(m for m in ms if m)
 
 
 def _llama3(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
@@ -54,9 +63,9 @@ def _mistral(_m: str, sink: CallSink, _tools: ToolIndex) -> Body:
 TOOL_FORMATS: dict[str, BlockFormat] = {
     "hermes": _json_block("hermes", "<tool_call>", "</tool_call>"),
     "nemotron_deci": _json_block("nemotron_deci", "<TOOLCALL>", "</TOOLCALL>"),
-    "llama3_json": BlockFormat("llama3_json", ("<|python_tag|>",), _llama3, bare_start="{"),
-    "pythonic": BlockFormat("pythonic", (PY_START,), _pythonic, bare_start="["),
-    "mistral": BlockFormat("mistral", (TOOL_CALLS,), _mistral),
+    "llama3_json": BlockFormat("llama3_json", ("<|python_tag|>",), _llama3, "{", ("<|python_tag|>",)),
+    "pythonic": BlockFormat("pythonic", (PY_START,), _pythonic, "[", (PY_START, PY_END)),
+    "mistral": BlockFormat("mistral", (TOOL_CALLS,), _mistral, markers=(TOOL_CALLS, ARGS, CALL_ID)),
     "deepseek_v3": _sep("deepseek_v3", DEEPSEEK_V3),
     "deepseek_v31": _sep("deepseek_v31", DEEPSEEK_V31),
     "deepseek_v3_1": _sep("deepseek_v3_1", DEEPSEEK_V31),  # Dynamo's spelling
@@ -66,6 +75,20 @@ TOOL_FORMATS: dict[str, BlockFormat] = {
     "glm47": _xml("glm47", "<tool_call>", GLM47),
     "glm45": _xml("glm45", "<tool_call>", GLM47),
 }
+
+
+def parser_markers(reasoning: str | None, tool_calls: str | None) -> frozenset[str]:
+    """Every marker the parser pair consumes (unknown names count as none). The decode path keeps those that are
+    special tokens of the model's tokenizer, which would otherwise be skipped before the parsers could see them."""
+    if reasoning == GPT_OSS or tool_calls == HARMONY:
+        return frozenset(HARMONY_MARKERS)
+    out: set[str] = set()
+    if reasoning in REASONING_FORMATS:
+        f = REASONING_FORMATS[reasoning]
+        out.update((f.start, f.end))
+    if tool_calls in TOOL_FORMATS:
+        out.update(TOOL_FORMATS[tool_calls].markers)
+    return frozenset(out)
 
 
 def reasoning_parsers() -> tuple[str, ...]:

@@ -20,10 +20,11 @@ from .scanner import MarkerScanner, MarkerSet
 from .sink import CallSink
 from .text import TextOut
 
-__all__ = ["HarmonyStage"]
+__all__ = ["HarmonyStage", "MARKERS"]
 
 START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
 END, RETURN, CALL = "<|end|>", "<|return|>", "<|call|>"
+MARKERS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL)  # all of them are special tokens in o200k_harmony
 
 _OUT_SET = MarkerSet((START, CHANNEL, MESSAGE, END, RETURN, CALL))
 _HEAD_SET = MarkerSet((START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL))

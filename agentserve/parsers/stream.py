@@ -1,10 +1,13 @@
 """`StreamParser`: reasoning first, then tool calls on the remaining text, fed one text delta at a time.
 
-    p = StreamParser(reasoning="qwen3", tool_calls="hermes", tools=[...], reasoning_started=False)
+    p = StreamParser(reasoning="qwen3", tool_calls="hermes", tools=[...], reasoning_started=False,
+                     special_markers=("<tool_call>", "</tool_call>"))  # markers that are special tokens, if any
     events = p.feed(delta)      # any number of times
     events += p.finish()        # once, at end of stream
 
 `feed` never raises on model text; configuration errors (unknown names) raise `ValueError` in the constructor.
+`special_markers` are markers the tokenizer has as special tokens: the parsers consume them, and they never appear in
+the text of any event (see special.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .reasoning import REASONING_FORMATS, ReasoningStage
 from .scanner import MarkerScanner
 from .schema import ToolIndex
 from .sink import CallSink, default_id
+from .special import SpecialScrub
 from .text import TextOut
 from .tools.base import BlockStage
 
@@ -35,6 +39,7 @@ class StreamParser:
         tools: Iterable[Mapping[str, Any]] | None = None,
         reasoning_started: bool = False,
         id_factory: Callable[[], str] | None = None,
+        special_markers: Iterable[str] = (),
     ) -> None:
         if reasoning is not None and reasoning != GPT_OSS and reasoning not in REASONING_FORMATS:
             raise ValueError(f"unknown reasoning parser {reasoning!r}")
@@ -47,6 +52,7 @@ class StreamParser:
         self.tool_calls = tool_calls
         self._events: list[Event] = []
         self._finished = False
+        self._scrub = SpecialScrub(special_markers)
         self.internal_errors: list[Exception] = []  # parser bugs caught by feed()/finish() (see _degrade)
         out = self._events
         self._text = TextOut(out)
@@ -83,7 +89,7 @@ class StreamParser:
     def _take(self) -> list[Event]:
         events = _merge(self._events)
         self._events.clear()
-        return events
+        return self._scrub.events(events) if self._scrub else events
 
     # -- public API -----------------------------------------------------------------------------------------
     def feed(self, delta: str) -> list[Event]:

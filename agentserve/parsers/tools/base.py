@@ -1,7 +1,8 @@
 """The generic tool-call stage: answer text outside blocks, a format-specific `Body` inside each block.
 
 A format is data: the markers that open a block (and optionally a character that opens a block when it is the
-first thing the model writes, for llama3_json and pythonic) plus a factory for the body that parses one block.
+first thing the model writes, for llama3_json and pythonic), all the markers it consumes, and a factory for the body
+that parses one block.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class BlockFormat:
     open_markers: tuple[str, ...]
     make_body: Callable[[str, CallSink, ToolIndex], Body]  # (opening marker or bare char, sink, tools)
     bare_start: str = ""  # a character that opens a block when it is the first non-space output
+    # Every marker the format consumes (open markers included): where the tokenizer has one as a special token, the
+    # decode path keeps it for the parser instead of skipping it.
+    markers: tuple[str, ...] = ()
 
 
 class BlockStage:

@@ -12,7 +12,7 @@ from ..sink import CallSink
 from .base import CONT, DONE, DONE_UNREAD, Body
 from .json_calls import JsonCallsBody
 
-__all__ = ["MistralBody", "TOOL_CALLS"]
+__all__ = ["MistralBody", "TOOL_CALLS", "ARGS", "CALL_ID"]
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
