@@ -2,14 +2,14 @@
 
 One instance per request. Stop strings are applied here, on decoded text, so every engine
 behaves the same; the caller stops consuming (and so aborts the engine request) once `stopped`.
+Special tokens that are markers of the active parsers reach them (detokenize.py); no other special token does.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tokenizers.decoders import DecodeStream
-
+from agentserve.detokenize import Detokenizer, special_tokens
 from agentserve.parsers import StreamParser
 from agentserve.protocol import EngineDelta
 from agentserve.protocol.events import Finish, Usage
@@ -58,14 +58,16 @@ class Postprocessor:
         skip_special_tokens: bool = True,
         id_factory=None,
     ) -> None:
-        self._rust_tok = tokenizer._tokenizer
-        self._decode = DecodeStream(skip_special_tokens=skip_special_tokens)
+        tool_call_parser = tool_call_parser if tools else None
+        keep = special_tokens(tokenizer).kept(reasoning_parser, tool_call_parser) if skip_special_tokens else {}
+        self._decode = Detokenizer(tokenizer, keep, skip_special_tokens)
         kwargs = {"id_factory": id_factory} if id_factory is not None else {}
         self._parser = StreamParser(
             reasoning=reasoning_parser,
-            tool_calls=tool_call_parser if tools else None,
+            tool_calls=tool_call_parser,
             tools=tools,
             reasoning_started=reasoning_started,
+            special_markers=keep.values(),
             **kwargs,
         )
         self._stop = StopStrings(stop)
@@ -91,17 +93,30 @@ class Postprocessor:
             self.output_ids.extend(delta.token_ids)
             text = ""
             for tid in delta.token_ids:
-                piece = self._decode.step(self._rust_tok, tid)
-                if piece:
-                    text += piece
-            text = self._stop.feed(text)
-            if text:
-                events.extend(self._parser.feed(text))
+                piece = self._decode.step(tid)
+                if piece is None:
+                    continue
+                if not piece[1]:
+                    text += piece[0]
+                    continue
+                # A marker: text before it goes through the stop strings (a stop never spans a special token).
+                events.extend(self._text(text))
+                text = ""
+                if self._stop.hit:
+                    break
+                held = self._stop.flush()  # a possible partial stop cannot continue past the marker
+                events.extend(self._parser.feed(held + piece[0]))
+            if not self._stop.hit:
+                events.extend(self._text(text))
         if self._stop.hit:
             return events + self._finish("stop")
         if delta.finish_reason is not None:
             return events + self._finish(delta.finish_reason, delta.error)
         return events
+
+    def _text(self, text: str) -> list[Any]:
+        text = self._stop.feed(text)
+        return self._parser.feed(text) if text else []
 
     def _finish(self, reason: str, error: str | None = None) -> list[Any]:
         if self.finish_reason is not None:
