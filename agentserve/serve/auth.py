@@ -21,7 +21,7 @@ from agentserve.protocol.errors import RequestError
 from agentserve.serve.errors import error_response
 
 ENV_VAR = "AGENTSERVE_API_KEYS"
-OPEN_PATHS = frozenset({"/health", "/-/healthz", "/-/routes"})  # load balancer and Serve probes
+OPEN_PATHS = frozenset({"/", "/health", "/-/healthz", "/-/routes"})  # harness, load balancer and Serve probes
 
 _IDENTITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentserve_identity", default=None)
 
@@ -108,7 +108,7 @@ class AuthMiddleware:
         return self._keys if self._keys is not None else _ACTIVE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         key = presented_key(scope.get("headers", []))
@@ -117,7 +117,14 @@ class AuthMiddleware:
             message = "invalid API key" if key is not None else "missing API key (x-api-key or Authorization: Bearer)"
             resp = error_response(path, RequestError("authentication", message))
             resp.headers["www-authenticate"] = "Bearer"
-            await resp(scope, receive, send)
+            if scope["type"] == "http":
+                await resp(scope, receive, send)
+            elif "websocket.http.response" in scope.get("extensions", {}):  # the 401 itself, as over HTTP
+                await send({"type": "websocket.http.response.start", "status": resp.status_code,
+                            "headers": resp.raw_headers})  # fmt: skip
+                await send({"type": "websocket.http.response.body", "body": resp.body})
+            else:  # refuse the upgrade (the client sees 403)
+                await send({"type": "websocket.close", "code": 1008})
             return
         token = _IDENTITY.set(identity_of(key))
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 from ray.serve.handle import DeploymentHandle
 
 from agentserve.apis.models import Catalog
@@ -34,7 +34,15 @@ class IngressContext:
         return authorize_hints(gen, self.args.router.priority_keys)
 
     def begin(
-        self, request: Request, gen: GenerationRequest, model: ModelSpec, options: ParseOptions, *, api: str, arrived: float
+        self,
+        request: HTTPConnection,
+        gen: GenerationRequest,
+        model: ModelSpec,
+        options: ParseOptions,
+        *,
+        api: str,
+        arrived: float,
+        warm_only: bool = False,
     ) -> RequestLifecycle:
         return RequestLifecycle(
             self.path,
@@ -45,4 +53,5 @@ class IngressContext:
             scope=caller_scope(),
             arrived=arrived,
             client_request_id=request.headers.get("x-client-request-id") or request.headers.get("x-request-id"),
+            warm_only=warm_only,
         )

@@ -25,11 +25,17 @@ def register_envelope(
         _STATUSES[path_prefix] = status
 
 
-def error_response(path: str, err: RequestError) -> JSONResponse:
+def error_parts(path: str, err: RequestError) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+    """Status, body and headers of `err` as the API whose path it came through answers it."""
     prefixes = sorted((p for p in _ENVELOPES if path.startswith(p)), key=len, reverse=True)
     envelope = _ENVELOPES[prefixes[0]] if prefixes else openai_errors.error_body
     status = _STATUSES[prefixes[0]](err) if prefixes and prefixes[0] in _STATUSES else err.status
     headers = {"x-should-retry": "true"} if status in (429, 503, 529) else None
     if headers is not None and getattr(err, "retry_after", None) is not None:
         headers["retry-after"] = str(max(1, math.ceil(err.retry_after)))
-    return JSONResponse(envelope(err), status_code=status, headers=headers)
+    return status, envelope(err), headers
+
+
+def error_response(path: str, err: RequestError) -> JSONResponse:
+    status, body, headers = error_parts(path, err)
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -31,6 +31,14 @@ async def parse_body(request: Request, model: type[M]) -> M:
     spec = limits.current()
     raw = await limits.read_body(request, spec.max_body_bytes)
     raw = decode_body(raw, request.headers.get("content-encoding"), spec.max_decompressed_bytes)
+    return parse_json(raw, model)
+
+
+def parse_json(raw: bytes | str, model: type[M]) -> M:
+    """A JSON document (a request body, or a WebSocket frame) into `model`, under the same body limits."""
+    spec = limits.current()
+    if len(raw) > spec.max_body_bytes:
+        raise RequestError("too_large", f"request is larger than {spec.max_body_bytes} bytes")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -140,8 +140,11 @@ class RequestLifecycle:
         scope: str,
         arrived: float,
         client_request_id: str | None = None,
+        warm_only: bool = False,
     ) -> None:
         self._path = path
+        # A pre-warm (a prefill the client asked for ahead of its turn): its output is not a turn of the session.
+        self._warm_only = warm_only
         self.request = request
         self.model = model
         self._options = options
@@ -307,6 +310,13 @@ class RequestLifecycle:
             headers={**SSE_HEADERS, **self.headers(), **(headers or {})},
         )
 
+    def chunks(
+        self, wire: WireStream, *, before_end: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncIterator[Any]:
+        """What `wire` makes of the stream, chunk by chunk, for a transport that writes it itself (a WebSocket).
+        The caller owns the iterator: the request is closed when it ends or is closed (`aclose()`)."""
+        return self._sse(wire, before_end)
+
     async def _sse(
         self, wire: WireStream, before_end: Callable[[], Awaitable[None]] | None
     ) -> AsyncIterator[bytes]:
@@ -362,7 +372,7 @@ class RequestLifecycle:
         metrics.COMPLETION_TOKENS.labels(model).inc(post.completion_tokens)
         if post.prompt_tokens:
             metrics.CACHED_RATIO.labels(model).observe(post.cached_tokens / post.prompt_tokens)
-        if self._ended_normally and self.pre is not None:
+        if self._ended_normally and self.pre is not None and not self._warm_only:
             session = self._session()
             if session:
                 self._path.doctor.record(session, self.pre.token_ids, post.output_ids)

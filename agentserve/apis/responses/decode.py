@@ -49,6 +49,15 @@ _LOCAL_SHELL_PARAMS = {
 class Decoded:
     request: GenerationRequest
     tool_kinds: dict[str, ToolKind] = field(default_factory=dict)  # tool name -> how its calls are encoded
+    namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # name the model sees -> (namespace, name)
+
+
+def qualified_name(namespace: str | None, name: str) -> str:
+    """The one name a namespaced tool has for the model. Codex's MCP namespaces end in `__` (`mcp__server__`) and
+    join as they are, which gives the flat MCP names models were trained on; others join with `__`."""
+    if not namespace:
+        return name
+    return namespace + name if namespace.endswith("_") else f"{namespace}__{name}"
 
 
 def custom_tool_arguments(tool_input: str) -> str:
@@ -82,29 +91,42 @@ def _custom_spec(tool: s.CustomTool) -> ToolSpec:
     )
 
 
-def _tools(tools: list[Any]) -> tuple[tuple[ToolSpec, ...], dict[str, ToolKind]]:
+def _function_spec(tool: s.FunctionTool, name: str) -> ToolSpec:
+    return ToolSpec(
+        name=name, description=tool.description, parameters=tool.parameters or {"type": "object", "properties": {}}
+    )
+
+
+def _tools(
+    tools: list[Any],
+) -> tuple[tuple[ToolSpec, ...], dict[str, ToolKind], dict[str, tuple[str, str]]]:
     specs: list[ToolSpec] = []
     kinds: dict[str, ToolKind] = {}
+    namespaces: dict[str, tuple[str, str]] = {}
     for t in tools:
         if isinstance(t, s.FunctionTool):
-            specs.append(
-                ToolSpec(
-                    name=t.name,
-                    description=t.description,
-                    parameters=t.parameters or {"type": "object", "properties": {}},
-                )
-            )
+            specs.append(_function_spec(t, t.name))
             kinds[t.name] = "function"
         elif isinstance(t, s.CustomTool):
             specs.append(_custom_spec(t))
             kinds[t.name] = "custom"
+        elif isinstance(t, s.NamespaceTool):
+            for inner in t.tools:
+                name = qualified_name(t.name, inner.name)
+                namespaces[name] = (t.name, inner.name)
+                if isinstance(inner, s.FunctionTool):
+                    specs.append(_function_spec(inner, name))
+                    kinds[name] = "function"
+                else:
+                    specs.append(_custom_spec(inner).model_copy(update={"name": name}))
+                    kinds[name] = "custom"
         elif t.type == "local_shell":
             specs.append(
                 ToolSpec(name=LOCAL_SHELL, description="Run a command on the local machine.", parameters=_LOCAL_SHELL_PARAMS)
             )
             kinds[LOCAL_SHELL] = "local_shell"
         # hosted tools (web_search, file_search, …) have no local executor: echoed, not offered
-    return tuple(specs), kinds
+    return tuple(specs), kinds, namespaces
 
 
 def _tool_choice(choice: Any, kinds: dict[str, ToolKind]) -> Any:
@@ -212,10 +234,12 @@ class _Decoder:
             if text:
                 self._assistant_block(ReasoningBlock(text=text))
         elif isinstance(item, s.FunctionCallItem):
-            self._assistant_block(ToolCallBlock(id=item.call_id, name=item.name, arguments=item.arguments))
+            name = qualified_name(item.namespace, item.name)
+            self._assistant_block(ToolCallBlock(id=item.call_id, name=name, arguments=item.arguments))
         elif isinstance(item, s.CustomToolCallItem):
+            name = qualified_name(item.namespace, item.name)
             self._assistant_block(
-                ToolCallBlock(id=item.call_id, name=item.name, arguments=custom_tool_arguments(item.input))
+                ToolCallBlock(id=item.call_id, name=name, arguments=custom_tool_arguments(item.input))
             )
         elif isinstance(item, s.LocalShellCallItem):
             action = item.action.model_dump(exclude_none=True, exclude={"type"})
@@ -280,9 +304,10 @@ def decode(
     for i, item in enumerate(items):
         decoder.add(item, f"input[{i}]")
     turns = decoder.finish()
-    if not any(t.role != "system" for t in turns):
+    if not any(t.role != "system" for t in turns) and not (req.generate is False and turns):
+        # (a pre-warm, `generate: false`, may carry only instructions and developer items)
         raise RequestError("invalid_request", "input must contain at least one item", param="input")
-    specs, kinds = _tools(req.tools or [])
+    specs, kinds, namespaces = _tools(req.tools or [])
     sampling = SamplingParams(
         max_tokens=req.max_output_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
@@ -295,4 +320,4 @@ def decode(
         sampling=sampling,
         hints=AgentHints(session_id=session_id or req.prompt_cache_key or req.user),
     )
-    return Decoded(request=gen, tool_kinds=kinds)
+    return Decoded(request=gen, tool_kinds=kinds, namespaces=namespaces)

@@ -58,8 +58,12 @@ class ResponsesEncoder:
         tool_kinds: dict[str, ToolKind],
         sealer: Sealer,
         count_tokens: Callable[[str], int],
+        namespaces: dict[str, tuple[str, str]] | None = None,  # model-side name -> (namespace, name)
+        sse: bool = True,  # False: each event is one bare JSON document (a WebSocket text frame)
     ) -> None:
+        self._sse = sse
         self.id = response_id
+        self._namespaces = namespaces or {}
         self._req = request
         self._model_name = model_name
         self._model_id = model_id
@@ -84,6 +88,8 @@ class ResponsesEncoder:
     def _ev(self, type_: str, **fields: Any) -> bytes:
         data = {"type": type_, "sequence_number": self.seq, **fields}
         self.seq += 1
+        if not self._sse:
+            return orjson.dumps(data)
         return b"event: " + type_.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
     def visible(self, item: dict[str, Any]) -> dict[str, Any]:
@@ -276,6 +282,14 @@ class ResponsesEncoder:
         )
         return out
 
+    def _named(self, body: dict[str, Any], name: str) -> dict[str, Any]:
+        """A call of a namespaced tool names it as the client declared it: `namespace` + `name`."""
+        if name in self._namespaces:
+            body["namespace"], body["name"] = self._namespaces[name]
+        else:
+            body["name"] = name
+        return body
+
     def _open_call(self, ev: ToolCallStart) -> list[bytes]:
         kind = self._kinds.get(ev.name, "function")
         if kind == "custom":
@@ -287,7 +301,7 @@ class ResponsesEncoder:
                 "name": ev.name,
                 "input": "",
             }
-            return [self._added("custom_tool_call", body, ev.index)]
+            return [self._added("custom_tool_call", self._named(body, ev.name), ev.index)]
         if kind == "local_shell":
             body = {
                 "id": new_id("lsh"),
@@ -305,7 +319,7 @@ class ResponsesEncoder:
             "call_id": ev.id,
             "name": ev.name,
         }
-        return [self._added("function_call", body, ev.index)]
+        return [self._added("function_call", self._named(body, ev.name), ev.index)]
 
     def _end_call(self, index: int, arguments: str) -> list[bytes]:
         item = self._open

@@ -59,6 +59,7 @@ class FunctionCallItem(_Open):
     call_id: str
     name: str
     arguments: str
+    namespace: str | None = None  # a tool of a `namespace` tool (Codex's MCP servers)
     id: str | None = None
     status: str | None = None
 
@@ -76,6 +77,7 @@ class CustomToolCallItem(_Open):
     call_id: str
     name: str
     input: str
+    namespace: str | None = None
     id: str | None = None
 
 
@@ -177,6 +179,16 @@ class CustomTool(_Open):
     format: CustomToolFormat | None = None
 
 
+class NamespaceTool(_Open):
+    """Function and custom tools grouped under one name (Codex sends each MCP server's tools this way); a call
+    names its tool by `namespace` + `name`."""
+
+    type: Literal["namespace"]
+    name: str
+    description: str | None = None
+    tools: list[Annotated[Union[FunctionTool, CustomTool], Field(discriminator="type")]] = Field(default_factory=list)
+
+
 class OtherTool(_Open):
     """Hosted tools (web_search, file_search, …) and local_shell: accepted and echoed."""
 
@@ -185,13 +197,14 @@ class OtherTool(_Open):
 
 def _tool_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in ("function", "custom") else "other"
+    return kind if kind in ("function", "custom", "namespace") else "other"
 
 
 Tool = Annotated[
     Union[
         Annotated[FunctionTool, Tag("function")],
         Annotated[CustomTool, Tag("custom")],
+        Annotated[NamespaceTool, Tag("namespace")],
         Annotated[OtherTool, Tag("other")],
     ],
     Discriminator(_tool_kind),
@@ -242,6 +255,14 @@ class ResponsesRequest(_Open):
     user: str | None = None
     safety_identifier: str | None = None
     background: bool | None = None
+    # Responses over WebSocket: `false` prepares the request (Codex's pre-warm) without generating.
+    generate: bool | None = None
 
     def includes_encrypted_reasoning(self) -> bool:
         return "reasoning.encrypted_content" in (self.include or [])
+
+
+class InputTokensRequest(ResponsesRequest):
+    """POST /v1/responses/input_tokens: a Responses request whose prompt is counted, not run."""
+
+    model: str | None = None  # type: ignore[assignment]  # the served model when omitted

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -30,6 +30,7 @@ from agentserve.serve.errors import error_response
 from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
 from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
 from agentserve.serve.handlers.responses import ResponsesHandler
+from agentserve.serve.handlers.responses_socket import ResponsesSocket
 from agentserve.serve.faults import ErrorBoundaryMiddleware
 from agentserve.serve.http import describe_validation, parse_body
 from agentserve.serve.limits import KeyLimitsMiddleware
@@ -51,6 +52,7 @@ openapi.install(
     {
         ("/v1/chat/completions", "post"): ("Chat", chat_completions.ChatCompletionRequest),
         ("/v1/responses", "post"): ("Responses", responses.ResponsesRequest),
+        ("/v1/responses/input_tokens", "post"): ("ResponsesInputTokens", responses.InputTokensRequest),
         ("/v1/messages", "post"): ("Anthropic", anthropic.MessagesRequest),
         ("/v1/messages/count_tokens", "post"): ("AnthropicCount", anthropic.CountTokensRequest),
         ("/tokenize", "post"): ("Tokenize", TokenizeRequest),
@@ -116,6 +118,7 @@ class Ingress:
         )
         self._chat = ChatCompletionsHandler(self._ctx)
         self._responses = ResponsesHandler(self._ctx, response_store)
+        self._responses_socket = ResponsesSocket(self._responses)
         self._anthropic = AnthropicMessagesHandler(self._ctx)
 
     # -- wire APIs ------------------------------------------------------------
@@ -126,6 +129,14 @@ class Ingress:
     @app.post("/v1/responses")
     async def create_response(self, request: Request) -> Response:
         return await self._responses.create(request)
+
+    @app.websocket("/v1/responses")
+    async def responses_websocket(self, websocket: WebSocket) -> None:
+        await self._responses_socket.serve(websocket)
+
+    @app.post("/v1/responses/input_tokens")
+    async def count_response_tokens(self, request: Request) -> Response:
+        return await self._responses.input_tokens(request)
 
     @app.get("/v1/responses/{response_id}")
     async def get_response(self, request: Request, response_id: str) -> Response:
@@ -195,6 +206,12 @@ class Ingress:
         return JSONResponse(detokenize_body(self._ctx.tokenizer.decode(body.tokens)))
 
     # -- operations -----------------------------------------------------------
+    # Claude Code's and Codex's connectivity probes: 200 at once, with or without a key, saying nothing more.
+    @app.get("/")
+    @app.head("/")
+    async def root(self) -> Response:
+        return JSONResponse({"status": "ok"})
+
     @app.get("/health")
     async def health(self) -> Response:
         return Response(status_code=200)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -16,6 +17,8 @@ from agentserve import metrics
 from agentserve.apis import responses
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import StoredResponse
+from agentserve.config import ModelSpec
+from agentserve.protocol import GenerationRequest
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.events import Finish
 from agentserve.serve.auth import caller_scope
@@ -61,66 +64,117 @@ class ResponsesWire:
         return b""
 
 
+@dataclass
+class PreparedResponse:
+    """One Responses request decoded and ready for the lifecycle; shared by the HTTP and WebSocket transports."""
+
+    body: responses.ResponsesRequest
+    model: ModelSpec
+    gen: GenerationRequest
+    options: ParseOptions
+    encoder: responses.ResponsesEncoder
+    inputs: list[Any]  # earlier turns' items + this request's: what a follow-up's previous_response_id stands for
+    owner: str
+
+    def history(self) -> list[dict[str, Any]]:
+        """The items a follow-up naming this response continues from (its output items sealed as stored)."""
+        return [i.model_dump(mode="json", exclude_none=True) for i in self.inputs] + list(self.encoder.items)
+
+
+Recall = Callable[[str], Awaitable[list[Any] | None]]
+
+
 class ResponsesHandler:
     def __init__(self, ctx: IngressContext, store: DeploymentHandle | None) -> None:
         self._ctx = ctx
         self._store = store
         self._sealer = responses.Sealer(ctx.args.secret_key, previous=ctx.args.previous_secret_keys)
 
-    async def _history(self, body: responses.ResponsesRequest, owner: str) -> list[Any]:
+    @property
+    def ctx(self) -> IngressContext:
+        return self._ctx
+
+    @property
+    def storing(self) -> bool:
+        return self._store is not None
+
+    async def _history(self, body: responses.ResponsesRequest, owner: str, recall: Recall | None) -> list[Any]:
         if not body.previous_response_id:
             return []
-        entry = await self._store.get.remote(body.previous_response_id, owner) if self._store else None
-        if entry is None:
+        items = await recall(body.previous_response_id) if recall is not None else None
+        if items is None and self._store is not None:
+            entry = await self._store.get.remote(body.previous_response_id, owner)
+            items = entry.history if entry is not None else None
+        if items is None:
             raise _not_found(body.previous_response_id, param="previous_response_id")
-        return _ITEMS.validate_python(entry.history)
+        return _ITEMS.validate_python(items)
+
+    async def prepare(
+        self,
+        body: responses.ResponsesRequest,
+        headers: Mapping[str, str],
+        *,
+        sse: bool = True,
+        recall: Recall | None = None,
+    ) -> PreparedResponse:
+        """Decode `body` (with the items `previous_response_id` names: `recall`, e.g. a WebSocket connection's own
+        responses, first, then the store) and build its encoder."""
+        model = self._ctx.catalog.resolve(body.model)
+        owner = caller_scope()
+        history = await self._history(body, owner, recall)
+        decoded = responses.decode(
+            body,
+            request_id=self._ctx.request_id(),
+            model=model.id,
+            sealer=self._sealer,
+            history=history,
+            session_id=headers.get("session_id") or headers.get("session-id"),
+        )
+        if "codex" in headers.get("originator", "") + headers.get("user-agent", "").lower():
+            # What Codex resolved for this model shows in what it sends (see docs/HARNESSES.md).
+            logger.info(
+                "codex request: model=%s reasoning=%s include=%s parallel_tool_calls=%s tools=%s",
+                body.model,
+                body.reasoning.model_dump(exclude_none=True) if body.reasoning else None,
+                body.include,
+                body.parallel_tool_calls,
+                [getattr(t, "name", t.type) for t in body.tools or []],
+            )
+        encoder = responses.ResponsesEncoder(
+            response_id=responses.new_id("resp"),
+            request=body,
+            model_name=body.model,
+            model_id=model.id,
+            tool_kinds=decoded.tool_kinds,
+            sealer=self._sealer,
+            count_tokens=lambda text: len(self._ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0,
+            namespaces=decoded.namespaces,
+            sse=sse,
+        )
+        gen = self._ctx.authorized_hints(with_hints(decoded.request, headers, body))
+        conv = gen.conversation
+        options = ParseOptions(
+            tools=[t.openai_schema() for t in conv.tools],
+            parse_tool_calls=conv.tool_choice != "none",
+            id_factory=_call_id,
+        )
+        inputs = history + ([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
+        return PreparedResponse(body, model, gen, options, encoder, inputs, owner)
 
     async def create(self, request: Request) -> Response:
         arrived = time.perf_counter()
         status, model_name = 200, "unknown"
         try:
             body = await parse_body(request, responses.ResponsesRequest)
-            model = self._ctx.catalog.resolve(body.model)
-            model_name = model.id
-            owner = caller_scope()
-            history = await self._history(body, owner)
-            decoded = responses.decode(
-                body,
-                request_id=self._ctx.request_id(),
-                model=model.id,
-                sealer=self._sealer,
-                history=history,
-                session_id=request.headers.get("session_id") or request.headers.get("session-id"),
-            )
-            if "codex" in request.headers.get("originator", "") + request.headers.get("user-agent", "").lower():
-                # What Codex resolved for this model shows in what it sends (see docs/HARNESSES.md).
-                logger.info(
-                    "codex request: model=%s reasoning=%s include=%s parallel_tool_calls=%s tools=%s",
-                    body.model,
-                    body.reasoning.model_dump(exclude_none=True) if body.reasoning else None,
-                    body.include,
-                    body.parallel_tool_calls,
-                    [getattr(t, "name", t.type) for t in body.tools or []],
+            if body.generate is False:
+                raise RequestError(
+                    "invalid_request", "generate: false is only accepted over the WebSocket transport", param="generate"
                 )
-            encoder = responses.ResponsesEncoder(
-                response_id=responses.new_id("resp"),
-                request=body,
-                model_name=body.model,
-                model_id=model.id,
-                tool_kinds=decoded.tool_kinds,
-                sealer=self._sealer,
-                count_tokens=lambda text: len(self._ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0,
-            )
-            gen = self._ctx.authorized_hints(with_hints(decoded.request, request.headers, body))
-            conv = gen.conversation
-            options = ParseOptions(
-                tools=[t.openai_schema() for t in conv.tools],
-                parse_tool_calls=conv.tool_choice != "none",
-                id_factory=_call_id,
-            )
-            inputs = history + ([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
+            prep = await self.prepare(body, request.headers)
+            model_name = prep.model.id
+            encoder = prep.encoder
             store = body.store is not False and self._store is not None
-            async with self._ctx.begin(request, gen, model, options, api="responses", arrived=arrived) as life:
+            async with self._ctx.begin(request, prep.gen, prep.model, prep.options, api="responses", arrived=arrived) as life:
                 try:
                     await life.admit()  # 503 + retry-after here, not inside a stream
                 except RequestError as err:
@@ -133,7 +187,7 @@ class ResponsesHandler:
 
                 async def save() -> None:  # before the terminal event goes out: a follow-up may come at once
                     if store and encoder.status != "failed":
-                        await self._save(encoder, inputs, owner)
+                        await self.save(prep)
 
                 if body.stream:
                     return life.streaming_response(ResponsesWire(encoder), before_end=save)
@@ -148,11 +202,22 @@ class ResponsesHandler:
         finally:
             metrics.REQUESTS.labels("responses", model_name, str(status)).inc()
 
-    async def _save(self, encoder: responses.ResponsesEncoder, inputs: list[Any], owner: str) -> None:
-        history = [i.model_dump(mode="json", exclude_none=True) for i in inputs] + list(encoder.items)
-        entry = StoredResponse(owner=owner, response=encoder.response_body(), history=history)
-        if not await self._store.put.remote(encoder.id, entry):
-            logger.warning("response %s is larger than the whole store; not stored", encoder.id)
+    async def input_tokens(self, request: Request) -> Response:
+        """POST /v1/responses/input_tokens: the prompt this request would render to, counted by the model's own
+        tokenizer and template (tools, instructions and `previous_response_id` included)."""
+        body = await parse_body(request, responses.InputTokensRequest)
+        if body.model is None:
+            body = body.model_copy(update={"model": self._ctx.args.model.id})
+        prep = await self.prepare(body, request.headers)
+        tokens = await self._ctx.preprocessor.render_tokens.remote(
+            prep.gen.conversation, dict(prep.gen.template_kwargs), True, prep.gen.thinking
+        )
+        return JSONResponse({"object": "response.input_tokens", "input_tokens": len(tokens)})
+
+    async def save(self, prep: PreparedResponse) -> None:
+        entry = StoredResponse(owner=prep.owner, response=prep.encoder.response_body(), history=prep.history())
+        if not await self._store.put.remote(prep.encoder.id, entry):
+            logger.warning("response %s is larger than the whole store; not stored", prep.encoder.id)
 
     async def retrieve(self, request: Request, response_id: str) -> Response:
         entry = await self._store.get.remote(response_id, caller_scope()) if self._store else None

@@ -1,0 +1,221 @@
+"""The Responses API over a WebSocket: what Codex uses when its provider sets `supports_websockets = true`.
+
+Codex (0.171) opens `ws://<base_url>/responses` with its usual headers (`Authorization`, `OpenAI-Beta:
+responses_websockets=2026-02-06`, `session_id`) and sends one `{"type": "response.create", …request fields}` text
+frame at a time. Each is answered with the events the SSE transport sends, one JSON document per text frame, up to
+the terminal event; the connection then takes the next. On one connection:
+
+- `previous_response_id` may name any recent response of this connection, stored or not (Codex sends `store: false`
+  and then only the items after that response's input and output);
+- `generate: false` (Codex's pre-warm when a session starts) prefills the prompt through the normal request path (one
+  token, discarded), so the turn that follows finds it in the engine's prefix cache; it is answered with
+  `response.created` and a `response.completed` without output, and can be continued with `previous_response_id`.
+
+A request that fails before generation gets `{"type": "error", "status": N, "error": {…}}` (Codex treats the status
+as it would an HTTP one); the connection stays usable. Responses are written by the same encoder as over SSE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Literal
+
+import orjson
+from fastapi import WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from agentserve import metrics
+from agentserve.apis import responses
+from agentserve.protocol.errors import RequestError
+from agentserve.protocol.events import Finish, Usage
+from agentserve.serve.auth import current_identity
+from agentserve.serve.errors import error_parts
+from agentserve.serve.faults import as_request_error
+from agentserve.serve.handlers.responses import PreparedResponse, ResponsesHandler
+from agentserve.serve.http import parse_json
+from agentserve.serve.limits import KeyLimiter
+
+logger = logging.getLogger("ray.serve")
+
+PATH = "/v1/responses"
+REMEMBERED = 4  # responses per connection that `previous_response_id` can name without the store
+
+
+class CreateFrame(responses.ResponsesRequest):
+    type: Literal["response.create"]
+
+
+class SocketWire:
+    """Responses events as lists of WebSocket text frames (a WireStream for `RequestLifecycle.chunks`)."""
+
+    def __init__(self, encoder: responses.ResponsesEncoder) -> None:
+        self._enc = encoder
+
+    def opening(self) -> list[bytes]:
+        return self._enc.start()
+
+    def encode(self, events: list[Any]) -> list[bytes]:
+        return self._enc.encode(events)
+
+    def keepalive(self) -> list[bytes]:
+        return []  # WebSocket pings are the transport's; Codex waits up to stream_idle_timeout_ms for events
+
+    def failure(self, err: RequestError) -> list[bytes]:
+        return self._enc.encode([Finish("error", err.message)])
+
+    def closing(self) -> list[bytes]:
+        return []
+
+
+def error_frame(err: RequestError) -> str:
+    status, body, headers = error_parts(PATH, err)
+    frame: dict[str, Any] = {"type": "error", "status": status, **body}
+    if headers:
+        frame["headers"] = headers
+    return orjson.dumps(frame).decode()
+
+
+class ResponsesSocket:
+    """One WebSocket connection: its frames answered in order, its recent responses remembered."""
+
+    def __init__(self, handler: ResponsesHandler, limiter: KeyLimiter | None = None) -> None:
+        self._handler = handler
+        self._limiter = limiter or KeyLimiter()
+
+    async def serve(self, ws: WebSocket) -> None:
+        await ws.accept()
+        remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        reader = asyncio.ensure_future(self._read(ws, inbox))
+        try:
+            while True:
+                text = await inbox.get()
+                if text is None:
+                    return
+                turn = asyncio.ensure_future(self._answer(ws, text, remembered))
+                gone = asyncio.ensure_future(self._gone(reader))
+                await asyncio.wait((turn, gone), return_when=asyncio.FIRST_COMPLETED)
+                gone.cancel()
+                if not turn.done():  # the client left mid-response: end it (the lifecycle releases everything)
+                    turn.cancel()
+                    await asyncio.gather(turn, return_exceptions=True)
+                    return
+                if turn.exception() is not None:  # the connection broke while answering
+                    if not isinstance(turn.exception(), WebSocketDisconnect):
+                        logger.warning("websocket response ended with %r", turn.exception())
+                    return
+        finally:
+            reader.cancel()
+
+    @staticmethod
+    async def _read(ws: WebSocket, inbox: asyncio.Queue[str | None]) -> None:
+        try:
+            while True:
+                message = await ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                text = message.get("text")
+                if text is None and message.get("bytes") is not None:
+                    text = message["bytes"].decode("utf-8", "replace")
+                if text is not None:
+                    inbox.put_nowait(text)
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        finally:
+            inbox.put_nowait(None)
+
+    @staticmethod
+    async def _gone(reader: asyncio.Future) -> None:
+        await asyncio.shield(reader)
+
+    async def _answer(self, ws: WebSocket, text: str, remembered: OrderedDict[str, list[dict[str, Any]]]) -> None:
+        arrived = time.perf_counter()
+        status, model_name = 200, "unknown"
+        held = None
+        try:
+            try:
+                if self._limiter.active():
+                    held = await asyncio.to_thread(self._limiter.acquire, current_identity() or "")
+                body = parse_json(text, CreateFrame)
+
+                async def recall(response_id: str) -> list[Any] | None:
+                    return remembered.get(response_id)
+
+                prep = await self._handler.prepare(body, ws.headers, sse=False, recall=recall)
+                model_name = prep.model.id
+                await self._run(ws, prep, remembered, arrived)
+            except RequestError as err:
+                status = err.status
+                await ws.send_text(error_frame(err))
+            except (WebSocketDisconnect, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - this request ends with an error frame; the connection lives
+                err = as_request_error(exc)
+                status = err.status
+                if err.kind == "internal":
+                    logger.exception("websocket response failed")
+                await ws.send_text(error_frame(err))
+        finally:
+            if held is not None:
+                await asyncio.shield(asyncio.to_thread(self._limiter.release, held))
+            metrics.REQUESTS.labels("responses_ws", model_name, str(status)).inc()
+
+    async def _run(
+        self,
+        ws: WebSocket,
+        prep: PreparedResponse,
+        remembered: OrderedDict[str, list[dict[str, Any]]],
+        arrived: float,
+    ) -> None:
+        body, encoder = prep.body, prep.encoder
+        warm = body.generate is False
+        gen = prep.gen
+        if warm:  # prefill only: one token through the normal path, so the prompt lands in the prefix cache
+            gen = gen.model_copy(update={"sampling": gen.sampling.model_copy(update={"max_tokens": 1})})
+
+        def remember() -> None:
+            remembered[encoder.id] = prep.history()
+            while len(remembered) > REMEMBERED:
+                remembered.popitem(last=False)
+
+        ctx = self._handler.ctx
+        api = "responses_prewarm" if warm else "responses_ws"
+        async with ctx.begin(ws, gen, prep.model, prep.options, api=api, arrived=arrived, warm_only=warm) as life:
+            try:
+                await life.admit()
+            except RequestError as err:
+                if err.code != "context_length_exceeded":
+                    raise
+                await self._send(ws, encoder.failed(err.code, err.message))  # as over SSE: Codex compacts
+                return
+            if warm:
+                events = await life.collect()
+                usage = [Usage(e.prompt_tokens, 0, e.cached_tokens) for e in events if isinstance(e, Usage)]
+                failed = [e for e in events if isinstance(e, Finish) and e.reason == "error"]
+                frames = encoder.start() + encoder.encode(usage + (failed or [Finish("stop")]))
+                if not failed:
+                    remember()
+                await self._send(ws, frames)
+                return
+
+            async def before_end() -> None:  # before the terminal event: Codex sends its follow-up at once
+                if encoder.status == "failed":
+                    return
+                remember()
+                if body.store is not False and self._handler.storing:
+                    await self._handler.save(prep)
+
+            chunks = life.chunks(SocketWire(encoder), before_end=before_end)
+            try:
+                async for frames in chunks:
+                    await self._send(ws, frames)
+            finally:
+                await chunks.aclose()
+
+    @staticmethod
+    async def _send(ws: WebSocket, frames: list[bytes]) -> None:
+        for frame in frames:
+            await ws.send_text(frame.decode())
