@@ -53,6 +53,18 @@ REPLAY_REORDERED = Counter(
     "Assistant turns whose interleaved reasoning the chat template could not replay in order", ["model"],
     registry=REGISTRY,
 )
+REPLAY_TURNS = Counter(
+    "agentserve_replay_turns_total",
+    "Earlier assistant turns by how they were replayed: spliced (the generated tokens, as kept) or re-rendered by "
+    "the template, with why (not_kept, template_changed, prompt_changed, end_of_turn, render_failed)",
+    ["model", "outcome"], registry=REGISTRY,
+)
+KEPT_TURNS = Counter(
+    "agentserve_kept_turns_total",
+    "Finished turns handed to the kept-turn store: kept (committed before the stream ended), pending (still "
+    "queued when the end could wait no longer), refused (queue full or database error)",
+    ["model", "result"], registry=REGISTRY,
+)
 PREAMBLE_STRIPPED = Counter(
     "agentserve_anthropic_preamble_stripped_total",
     "Anthropic requests whose x-anthropic-billing-header line was removed from the system prompt",

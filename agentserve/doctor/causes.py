@@ -21,6 +21,7 @@ Cause = Literal[
     "reasoning_dropped",
     "reasoning_reordered",
     "retokenization",
+    "output_rerendered",
     "history_changed",
     "unknown",
 ]
@@ -40,6 +41,9 @@ class Divergence:
     actual: Sequence[int]  # turn N+1's prompt
     at: int  # first differing token position
     prompt_len: int  # where turn N's output began inside `expected`
+    # The preprocessor re-rendered turn N's output through the chat template instead of placing the generated
+    # tokens (token-exact replay off, the turn not kept, or kept but not placeable).
+    output_rerendered: bool = False
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -105,6 +109,8 @@ def attribute(
         return "reasoning_dropped"
     if reasoning and len(reasoning) > 1:
         return "reasoning_reordered"
+    if d.output_rerendered:  # same content, another spelling: the template's, not the model's
+        return "output_rerendered"
     return "history_changed"
 
 

@@ -73,9 +73,12 @@ class PrefixDoctor:
             trace=trace,
         )
 
-    async def check(self, session_key: str, prompt_ids: Sequence[int]) -> PrefixReport | None:
+    async def check(
+        self, session_key: str, prompt_ids: Sequence[int], output_rerendered: bool = False
+    ) -> PrefixReport | None:
         """The report for this prompt against the session's last recorded turn; None for a first turn,
-        an empty key, or a disabled doctor. `prompt_ids` is read, not copied: do not mutate it meanwhile."""
+        an empty key, or a disabled doctor. `prompt_ids` is read, not copied: do not mutate it meanwhile.
+        `output_rerendered`: the preprocessor re-rendered the previous output (names `output_rerendered`)."""
         if not self._enabled or not session_key:
             return None
         last = self._memory.get(session_key)
@@ -84,10 +87,12 @@ class PrefixDoctor:
         if last.extended_by(prompt_ids):
             return PrefixReport(len(last.tokens), len(last.tokens), None)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._diagnose, last, prompt_ids)
+        return await loop.run_in_executor(self._worker, self._diagnose, last, prompt_ids, output_rerendered)
 
-    def _diagnose(self, last: LastTurn, prompt: Sequence[int]) -> PrefixReport:
-        return diagnose(last.tokens.tolist(), last.prompt_len, prompt, self._decode, self._special)
+    def _diagnose(self, last: LastTurn, prompt: Sequence[int], output_rerendered: bool) -> PrefixReport:
+        return diagnose(
+            last.tokens.tolist(), last.prompt_len, prompt, self._decode, self._special, output_rerendered
+        )
 
     def record(self, session_key: str, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
         """Remember a finished turn for the session's next check, and queue its trace line. Never blocks:

@@ -48,11 +48,12 @@ def diagnose(
     prompt: Sequence[int],
     decode: Decode,
     special_ids: frozenset[int] = frozenset(),
+    output_rerendered: bool = False,
 ) -> PrefixReport:
     """Compare turn N's prompt + output (`expected`, whose first `prompt_len` tokens were the prompt) with
     turn N+1's prompt. Decodes whole histories on a divergence: O(context), keep it off an event loop."""
     at = common_prefix(expected, prompt)
     if at == len(expected):
         return PrefixReport(len(expected), at, None)
-    cause = attribute(Divergence(expected, prompt, at, prompt_len), decode, special_ids)
+    cause = attribute(Divergence(expected, prompt, at, prompt_len, output_rerendered), decode, special_ids)
     return PrefixReport(len(expected), at, cause)

@@ -49,6 +49,24 @@ class StateBackend(Protocol):
         """(live entries, their total bytes)."""
         ...
 
+    # -- kept turns: a finished turn's generated token ids under its content key (preprocess/turn_digest.py) ---
+    def put_kept_turns(self, rows: Sequence[tuple[str, bytes]], now: float, bounds: StoreBounds) -> int:
+        """Store (or replace) a batch in one transaction, then evict expired and least recently used entries
+        past the bounds; rows larger than max_bytes are skipped. Returns the rows stored."""
+        ...
+
+    def get_kept_turns(self, keys: Sequence[str], now: float) -> dict[str, bytes]:
+        """The unexpired bodies of those keys that exist (a read: recency is refreshed by touch_kept_turns)."""
+        ...
+
+    def touch_kept_turns(self, keys: Sequence[str], now: float, ttl_s: float) -> None:
+        """Mark keys as just used (recency and lifetime), in one transaction."""
+        ...
+
+    def kept_turn_stats(self, now: float) -> tuple[int, int]:
+        """(live kept turns, their total bytes)."""
+        ...
+
     # -- concurrency leases ------------------------------------------------------------------------------
     def acquire_lease(self, scope: str, lease_id: str, limit: int, now: float, ttl_s: float) -> LeaseGrant:
         """Atomically: drop the scope's expired leases, grant one more if fewer than limit are live."""
@@ -67,7 +85,7 @@ class StateBackend(Protocol):
 
     # -- upkeep --------------------------------------------------------------------------------------------
     def prune(self, now: float, buckets_idle_s: float) -> None:
-        """Drop expired leases and responses, and buckets untouched for buckets_idle_s (they are full again)."""
+        """Drop expired leases, responses and kept turns, and buckets untouched for buckets_idle_s (full again)."""
         ...
 
     def close(self) -> None: ...

@@ -18,6 +18,7 @@ from agentserve.state.backend import LeaseGrant, StoreBounds, TokenGrant
 RESPONSES = "agentserve_responses"
 LEASES = "agentserve_leases"
 BUCKETS = "agentserve_buckets"
+KEPT = "agentserve_kept_turns"
 
 
 class Tx(Protocol):
@@ -40,6 +41,10 @@ def schema(blob: str, real: str, integer: str) -> list[str]:
         f"CREATE INDEX IF NOT EXISTS {LEASES}_expires ON {LEASES} (expires_at)",
         f"CREATE TABLE IF NOT EXISTS {BUCKETS} (key TEXT PRIMARY KEY, tokens {real} NOT NULL, stamp {real} NOT NULL)",
         f"CREATE INDEX IF NOT EXISTS {BUCKETS}_stamp ON {BUCKETS} (stamp)",
+        f"CREATE TABLE IF NOT EXISTS {KEPT} (key TEXT PRIMARY KEY, body {blob} NOT NULL, size {integer} NOT NULL,"
+        f" used {integer} NOT NULL, expires_at {real} NOT NULL)",
+        f"CREATE INDEX IF NOT EXISTS {KEPT}_used ON {KEPT} (used)",
+        f"CREATE INDEX IF NOT EXISTS {KEPT}_expires ON {KEPT} (expires_at)",
     ]
 
 
@@ -98,6 +103,57 @@ class SqlBackend(ABC):
             ).fetchone()
         return int(count), int(total)
 
+    # -- kept turns: generated tokens by content key, written in batches -------------------------------------
+    def put_kept_turns(self, rows: Sequence[tuple[str, bytes]], now: float, bounds: StoreBounds) -> int:
+        rows = [(k, b) for k, b in rows if len(b) <= bounds.max_bytes]
+        if not rows:
+            return 0
+        with self._tx("kept") as tx:
+            (top,) = tx.execute(f"SELECT COALESCE(MAX(used), 0) FROM {KEPT}").fetchone()
+            tx.executemany(
+                f"INSERT INTO {KEPT} (key, body, size, used, expires_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET body = excluded.body, size = excluded.size,"
+                " used = excluded.used, expires_at = excluded.expires_at",
+                [(k, b, len(b), int(top) + 1 + i, now + bounds.ttl_s) for i, (k, b) in enumerate(rows)],
+            )
+            tx.execute(f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
+            count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {KEPT}").fetchone()
+            if count > bounds.max_entries or total > bounds.max_bytes:
+                tx.execute(
+                    f"DELETE FROM {KEPT} WHERE key IN (SELECT key FROM (SELECT key,"
+                    " COUNT(*) OVER (ORDER BY used DESC) AS n, SUM(size) OVER (ORDER BY used DESC) AS b"
+                    f" FROM {KEPT}) AS ranked WHERE n > ? OR b > ?)",
+                    (bounds.max_entries, bounds.max_bytes),
+                )
+        return len(rows)
+
+    def get_kept_turns(self, keys: Sequence[str], now: float) -> dict[str, bytes]:
+        if not keys:
+            return {}
+        marks = ", ".join("?" for _ in keys)
+        with self._tx() as tx:
+            rows = tx.execute(
+                f"SELECT key, body FROM {KEPT} WHERE key IN ({marks}) AND expires_at > ?", (*keys, now)
+            ).fetchall()
+        return {k: bytes(b) for k, b in rows}
+
+    def touch_kept_turns(self, keys: Sequence[str], now: float, ttl_s: float) -> None:
+        if not keys:
+            return
+        with self._tx("kept") as tx:
+            (top,) = tx.execute(f"SELECT COALESCE(MAX(used), 0) FROM {KEPT}").fetchone()
+            tx.executemany(
+                f"UPDATE {KEPT} SET used = ?, expires_at = ? WHERE key = ?",
+                [(int(top) + 1 + i, now + ttl_s, k) for i, k in enumerate(keys)],
+            )
+
+    def kept_turn_stats(self, now: float) -> tuple[int, int]:
+        with self._tx() as tx:
+            count, total = tx.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {KEPT} WHERE expires_at > ?", (now,)
+            ).fetchone()
+        return int(count), int(total)
+
     # -- leases ------------------------------------------------------------------------------------------
     def acquire_lease(self, scope: str, lease_id: str, limit: int, now: float, ttl_s: float) -> LeaseGrant:
         with self._tx(f"lease:{scope}") as tx:
@@ -145,4 +201,5 @@ class SqlBackend(ABC):
         with self._tx() as tx:
             tx.execute(f"DELETE FROM {LEASES} WHERE expires_at <= ?", (now,))
             tx.execute(f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
+            tx.execute(f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
             tx.execute(f"DELETE FROM {BUCKETS} WHERE stamp < ?", (now - buckets_idle_s,))

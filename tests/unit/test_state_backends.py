@@ -260,3 +260,21 @@ def test_prune_drops_expired_leases_and_full_buckets(opener):
     assert backend.count_leases("k", 20.0) == 0
     # A pruned bucket starts full again, the same as one that refilled.
     assert backend.take_token("k", 20.0, 1.0, 2.0).granted and backend.take_token("k", 20.0, 1.0, 2.0).granted
+
+
+def test_kept_turns_survive_a_reopen_and_keep_the_most_recently_used(opener):
+    """Token-exact replay's kept turns (state/kept_turns.py): batched put, LRU past the bounds, touch, reopen."""
+    from agentserve.state.kept_turns import KeptTurnStore
+
+    bounds = StoreBounds(max_entries=3, max_bytes=1 << 20, ttl_s=60.0)
+    store = KeptTurnStore(opener(), bounds)
+    for i in range(3):
+        assert store.put(f"k{i}", [i], [i, 9]).result(timeout=10)
+    store.touch(["k0"])
+    assert store.put("k3", [3], [3, 9]).result(timeout=10)
+    store.close()
+    again = KeptTurnStore(opener(), bounds)
+    got = again.get_many(["k0", "k1", "k2", "k3"])
+    assert set(got) == {"k0", "k2", "k3"} and got["k3"].output_ids == (3, 9)
+    assert again.stats()[0] == 3
+    again.close()

@@ -1,0 +1,117 @@
+"""Token-exact replay: earlier assistant turns go back into the prompt as the tokens the engine generated.
+
+The chat template re-renders an assistant turn from its parsed content; where the model's own output was spelled
+differently (no newlines around reasoning, compact JSON, another key order) the prompt would part from the
+engine's cache at the start of that output. For each earlier assistant turn with a kept entry the splice:
+
+1. renders the conversation before the turn with the generation prompt (A: the prompt the turn was generated
+   after) and the conversation up to and including the turn (B). The turn's rendering is B after A; the
+   template's end of turn is what follows the last occurrence of the kept output's end token in it;
+2. keeps the template's choice: the whole prompt must begin with B up to that end token (a template that drops or
+   rewrites the turn's reasoning once later turns exist, e.g. DeepSeek or Nemotron, fails this and re-renders);
+3. checks the tokens before the turn are the prompt the turn followed (digest kept with it);
+4. places the kept tokens there and continues with the template's rendering after the end token.
+
+Meaning is unchanged by construction: the kept tokens are found by the digest of their own parse (what the
+client was sent), so they decode to content equal to the turn the client sent back. Anything else re-renders.
+Tokenization is piecewise at the same cuts every turn, so turn N's prompt + output is a prefix of turn N+1's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from agentserve.state.kept_turns import KeptTurn, TokenHasher
+
+Outcome = str  # spliced | not_kept | template_changed | prompt_changed | end_of_turn | render_failed | disabled
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSlot:
+    """An earlier assistant turn: its messages [start, end) in the render plan, and its kept-turn key."""
+
+    start: int
+    end: int
+    key: str
+
+
+@dataclass
+class Spliced:
+    token_ids: list[int]
+    outcomes: Counter = field(default_factory=Counter)
+    last_rerendered: bool = False  # the conversation's last assistant turn went back through the template
+    used: list[str] = field(default_factory=list)  # keys spliced (their recency is refreshed)
+
+
+class _Prompt:
+    """The token ids built so far: text[:pos] rendered, kept turns in place, and their running digest."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.pos = 0
+        self.digest = TokenHasher()
+
+
+def splice(
+    text: str,
+    slots: Sequence[TurnSlot],
+    kept: dict[str, KeptTurn],
+    *,
+    render: Callable[[int, bool], str],  # render(n messages, add_generation_prompt) with this request's settings
+    encode: Callable[[str], list[int]],  # text -> ids, the prompt's own tokenization
+    token_text: Callable[[int], str],  # one id -> its text, special tokens included
+) -> Spliced:
+    """The prompt's token ids for rendered `text`, with kept turns in place of their re-rendering."""
+    out = Spliced([])
+    prompt = _Prompt()
+    for i, slot in enumerate(slots):
+        outcome = _place(text, slot, kept.get(slot.key), prompt, render, encode, token_text)
+        out.outcomes[outcome] += 1
+        if outcome == "spliced":
+            out.used.append(slot.key)
+        if i == len(slots) - 1:
+            out.last_rerendered = outcome != "spliced"
+    if prompt.pos < len(text):
+        prompt.ids += encode(text[prompt.pos :])
+    out.token_ids = prompt.ids
+    return out
+
+
+def _place(
+    text: str,
+    slot: TurnSlot,
+    turn: KeptTurn | None,
+    prompt: _Prompt,
+    render: Callable[[int, bool], str],
+    encode: Callable[[str], list[int]],
+    token_text: Callable[[int], str],
+) -> Outcome:
+    if turn is None or not turn.output_ids:
+        return "not_kept"
+    try:
+        before = render(slot.start, True)
+        through = render(slot.end, False)
+    except Exception:  # noqa: BLE001 - a template that cannot render this prefix alone: re-render the turn
+        return "render_failed"
+    if len(before) < prompt.pos or not through.startswith(before) or not text.startswith(before):
+        return "template_changed"
+    end_token = token_text(turn.output_ids[-1])
+    at = through.rfind(end_token, len(before)) if end_token else -1
+    if at < 0:
+        return "end_of_turn"
+    end = at + len(end_token)
+    if text[len(before) : end] != through[len(before) : end]:
+        return "template_changed"
+    gap = encode(text[prompt.pos : len(before)]) if len(before) > prompt.pos else []
+    digest = prompt.digest.copy()
+    digest.update(gap)
+    if digest.digest() != turn.prompt_digest:
+        return "prompt_changed"
+    digest.update(turn.output_ids)
+    prompt.ids += gap
+    prompt.ids += turn.output_ids
+    prompt.pos = end
+    prompt.digest = digest
+    return "spliced"

@@ -1,0 +1,112 @@
+"""Digests that name a conversation by its meaning, not its spelling: the keys of kept turns.
+
+An assistant turn's content is what the parsers returned to the client: reasoning text, text and tool calls
+(name and arguments) in order. Its canonical form ignores what a client's round trip may change without changing
+meaning: whitespace around reasoning and text, JSON spacing and key order in arguments, how blocks were split.
+Tool-call ids are not content (the server made them). A conversation's digest chains a header (caller scope,
+model, tools, template switches) and every turn's canonical form, so a turn's key names the turn *and* all that
+came before it: the same content after a different history is a different kept turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable, Sequence
+
+from agentserve.protocol import (
+    Conversation,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    Turn,
+)
+
+DIGEST_SIZE = 16
+
+
+def _h(*parts: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=DIGEST_SIZE, person=b"agentserve-turn")
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.digest()
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def canonical_arguments(arguments: str) -> Any:
+    """Parsed arguments (key order and spacing gone), or the raw text when it is not JSON."""
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return {"$raw": arguments}
+
+
+def assistant_content(blocks: Iterable[Any]) -> list[list[Any]]:
+    """["r", text] / ["t", text] / ["c", name, arguments] in order; adjacent text of one kind merged, edges stripped."""
+    out: list[list[Any]] = []
+    for b in blocks:
+        if isinstance(b, (ReasoningBlock, TextBlock)):
+            kind = "r" if isinstance(b, ReasoningBlock) else "t"
+            if out and out[-1][0] == kind:
+                out[-1][1] += b.text
+            else:
+                out.append([kind, b.text])
+        elif isinstance(b, ToolCallBlock):
+            out.append(["c", b.name, canonical_arguments(b.arguments)])
+    for item in out:
+        if item[0] in ("r", "t"):
+            item[1] = item[1].strip()
+    return [item for item in out if item[0] == "c" or item[1]]
+
+
+def _turn_form(turn: Turn) -> Any:
+    if turn.role == "assistant":
+        return ["assistant", assistant_content(turn.blocks)]
+    blocks: list[Any] = []
+    for b in turn.blocks:
+        if isinstance(b, TextBlock):
+            blocks.append(["t", b.text])
+        elif isinstance(b, ToolResultBlock):
+            blocks.append(["tr", b.tool_call_id, b.content, b.is_error])
+        elif isinstance(b, ImageBlock):
+            blocks.append(["i", b.url])
+    return [turn.role, blocks]
+
+
+def header_digest(
+    scope: str, model: str, conversation: Conversation, template_kwargs: dict[str, Any], thinking: bool | None
+) -> bytes:
+    tools = [t.openai_schema() for t in conversation.tools]
+    choice = conversation.tool_choice if isinstance(conversation.tool_choice, str) else conversation.tool_choice.name
+    return _h(b"header", scope.encode(), model.encode(), _json(tools), choice.encode(),
+              _json(template_kwargs), repr(thinking).encode())
+
+
+def chain(header: bytes, turns: Sequence[Turn]) -> list[bytes]:
+    """The digest after each turn: chain[i] names turns[: i + 1] under `header`."""
+    out: list[bytes] = []
+    h = header
+    for turn in turns:
+        h = next_digest(h, turn)
+        out.append(h)
+    return out
+
+
+def next_digest(prefix: bytes, turn: Turn) -> bytes:
+    return _h(b"turn", prefix, _json(_turn_form(turn)))
+
+
+def kept_key(digest: bytes) -> str:
+    """The database key of the assistant turn that `digest` ends with."""
+    return digest.hex()
+
+
+def key_after(prefix: str, turn: Turn) -> str:
+    """The key of `turn` generated after the conversation whose digest is `prefix` (PreprocessedRequest.replay_prefix)."""
+    return kept_key(next_digest(bytes.fromhex(prefix), turn))

@@ -1,0 +1,185 @@
+"""Kept turns: the exact token ids a finished assistant turn was generated as, so a replay can reuse them.
+
+One entry per turn, under its content key (preprocess/turn_digest.py): the digest of the prompt it followed and
+its output token ids. They live in the state backend (SQLite file / PostgreSQL), bounded in entries, bytes and
+lifetime like the Responses store, and shared by every replica, so a session survives restarts and redeploys.
+
+Writes and recency refreshes go through one background thread per process that batches them into single
+transactions: the ingress event loop only enqueues (and may await the batch's commit with a bound), the
+preprocessor's reads stay one SELECT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+import time
+from array import array
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from agentserve.state.backend import StateBackend, StoreBounds
+
+if TYPE_CHECKING:
+    from agentserve.config import KeptTurnsSpec, StateSpec
+
+logger = logging.getLogger("ray.serve")
+
+_DIGEST = 16  # bytes of a token digest
+
+
+def token_digest(token_ids: Sequence[int]) -> bytes:
+    """Digest of a token sequence; equal to feeding its pieces to `TokenHasher` in order."""
+    h = TokenHasher()
+    h.update(token_ids)
+    return h.digest()
+
+
+class TokenHasher:
+    """Incremental token digest: a prompt built piece by piece hashes as the whole prompt."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.blake2b(digest_size=_DIGEST, person=b"agentserve-toks")
+
+    def update(self, token_ids: Sequence[int]) -> None:
+        self._h.update(array("I", token_ids).tobytes())
+
+    def copy(self) -> "TokenHasher":
+        c = TokenHasher.__new__(TokenHasher)
+        c._h = self._h.copy()
+        return c
+
+    def digest(self) -> bytes:
+        return self._h.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class KeptTurn:
+    prompt_digest: bytes  # token_digest() of the prompt the turn was generated after
+    output_ids: tuple[int, ...]  # exactly what the engine generated, end-of-turn token included
+
+    def encode(self) -> bytes:
+        return self.prompt_digest + array("I", self.output_ids).tobytes()
+
+    @classmethod
+    def decode(cls, body: bytes) -> "KeptTurn":
+        ids = array("I")
+        ids.frombytes(body[_DIGEST:])
+        return cls(body[:_DIGEST], tuple(ids))
+
+
+@dataclass(frozen=True, slots=True)
+class _Put:
+    key: str
+    prompt_ids: Sequence[int]  # hashed on the writer thread, not by the caller
+    output_ids: Sequence[int]
+    done: Future
+
+
+class KeptTurnStore:
+    """Reads on the caller's thread; writes and touches batched on a daemon thread (bounded queue)."""
+
+    def __init__(
+        self,
+        backend: StateBackend,
+        bounds: StoreBounds,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_queue: int = 10_000,
+        max_batch: int = 256,
+    ) -> None:
+        self._backend = backend
+        self._bounds = bounds
+        self._clock = clock
+        self._queue: queue.Queue = queue.Queue(max_queue)
+        self._max_batch = max_batch
+        self.dropped = 0  # puts refused because the queue was full (the database cannot keep up)
+        self.failed = 0  # batches the database refused
+        self._thread = threading.Thread(target=self._run, name="kept-turns", daemon=True)
+        self._thread.start()
+
+    # -- reads (preprocessor) ----------------------------------------------------------------------------
+    def get_many(self, keys: Sequence[str]) -> dict[str, KeptTurn]:
+        if not keys:
+            return {}
+        rows = self._backend.get_kept_turns(list(dict.fromkeys(keys)), self._clock())
+        return {k: KeptTurn.decode(b) for k, b in rows.items()}
+
+    def touch(self, keys: Sequence[str]) -> None:
+        """Refresh recency of turns a replay used, in the background (an active session's oldest turns stay)."""
+        if keys:
+            try:
+                self._queue.put_nowait(tuple(keys))
+            except queue.Full:
+                self.dropped += 1
+
+    # -- writes (ingress) --------------------------------------------------------------------------------
+    def put(self, key: str, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> Future:
+        """Queue a turn (the lists are read later: do not mutate them); the future resolves once its batch is
+        committed (True) or refused (False)."""
+        done: Future = Future()
+        try:
+            self._queue.put_nowait(_Put(key, prompt_ids, output_ids, done))
+        except queue.Full:
+            self.dropped += 1
+            done.set_result(False)
+        return done
+
+    def stats(self) -> tuple[int, int]:
+        return self._backend.kept_turn_stats(self._clock())
+
+    def close(self) -> None:
+        """Write out what is queued, then close the backend (the store owns it, as the Responses store does)."""
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        self._backend.close()
+
+    # -- the writer thread -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._flush(batch)
+                    return
+                batch.append(nxt)
+            self._flush(batch)
+
+    def _flush(self, batch: list) -> None:
+        puts = [p for p in batch if isinstance(p, _Put)]
+        touched = [k for t in batch if isinstance(t, tuple) for k in t]
+        now = self._clock()
+        ok = True
+        try:
+            if touched:  # first: a put in the same batch may evict, and what was just used must stay
+                self._backend.touch_kept_turns(list(dict.fromkeys(touched)), now, self._bounds.ttl_s)
+            if puts:
+                rows = [(p.key, KeptTurn(token_digest(p.prompt_ids), tuple(p.output_ids)).encode()) for p in puts]
+                self._backend.put_kept_turns(rows, now, self._bounds)
+        except Exception:  # noqa: BLE001 - the database is down: the turns are simply not kept
+            ok = False
+            self.failed += 1
+            logger.warning("kept turns: a batch of %d writes failed", len(batch), exc_info=True)
+        for p in puts:
+            if not p.done.done():
+                p.done.set_result(ok)
+
+
+def open_kept_turns(spec: "KeptTurnsSpec", state: "StateSpec") -> KeptTurnStore | None:
+    """The configured store, or None when token-exact replay is off. Blocking (opens the database)."""
+    if not spec.enabled:
+        return None
+    from agentserve.state.open import open_backend
+
+    bounds = StoreBounds(max_entries=spec.max_entries, max_bytes=spec.max_bytes, ttl_s=spec.ttl_s)
+    return KeptTurnStore(open_backend(state), bounds)
