@@ -12,6 +12,7 @@ literal text without entering that stream (a special token decodes on its own), 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from functools import lru_cache
@@ -22,6 +23,8 @@ from tokenizers.decoders import DecodeStream
 from agentserve.parsers import parser_markers
 
 __all__ = ["SpecialTokens", "Detokenizer", "special_tokens"]
+
+logger = logging.getLogger(__name__)
 
 
 class SpecialTokens:
@@ -48,6 +51,8 @@ class SpecialTokens:
             markers = parser_markers(reasoning, tool_calls)
             got = {i: t for i, t in self.by_id.items() if t in markers}
             with self._lock:
+                if key not in self._kept:
+                    logger.info("parsers %s/%s: special tokens kept for them: %s", *key, sorted(got.values()) or "none")
                 got = self._kept.setdefault(key, got)
         return got
 
