@@ -226,6 +226,10 @@ class ServeArgs(_Strict):
     # Render tool definitions in name order whatever order the client sent (preprocess/normalize.py). Off by
     # default: it changes the prompt the model sees; scripts/bench_normalize.py measures what it saves.
     normalize_sort_tools: bool = False
+    # max_tokens past what the window leaves after the prompt (Claude Code asks for a fixed 32K whatever the
+    # model): cut to what is left and say so in `x-agentserve-max-tokens-clamped`. False: refuse, in each API's
+    # own words. A prompt that alone fills the window is refused either way.
+    clamp_max_tokens: bool = True
     # Anthropic streams send `ping` when no event has gone out for this long (long prefills, long gaps).
     keepalive_interval_s: float = Field(default=5.0, gt=0)
     # API keys as sha256 hex digests (never the keys themselves); AGENTSERVE_API_KEYS adds plain keys (comma

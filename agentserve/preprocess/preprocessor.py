@@ -10,6 +10,7 @@ from agentserve.config import ModelSpec
 from agentserve.preprocess.block_hash import block_hashes
 from agentserve.preprocess.literal_text import LiteralGuard
 from agentserve.preprocess.normalize import sort_tools
+from agentserve.preprocess.placement import Placement, placement_for
 from agentserve.preprocess.render import plan_messages
 from agentserve.preprocess.replay import policy_for
 from agentserve.preprocess.template_caps import inspect_template
@@ -45,6 +46,19 @@ class Preprocessor:
         self._policy = policy_for(model.reasoning_parser, model.replay_family)
         self._caps = inspect_template(self._tok.chat_template or "")
         self._literals = LiteralGuard(self._tok)  # special-token text in user content stays text
+        # Where this template takes later system messages and text beside tool results (probed once per template).
+        self._placement = placement_for(self._tok.chat_template or "", self._policy.family, self._probe_text)
+
+    def _probe_text(self, conversation: Conversation, placement: Placement, add_generation_prompt: bool) -> str:
+        """A probe conversation rendered by the template as requests are (thinking as by default)."""
+        plan = plan_messages(conversation, self._policy, self._caps, placement)
+        return self._tok.apply_chat_template(
+            plan.messages,
+            tools=[t.openai_schema() for t in conversation.tools] or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **self.template_kwargs({}, None),
+        )
 
     def template_kwargs(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
         """Thinking on by default where the model reasons; never override what the client set."""
@@ -68,7 +82,7 @@ class Preprocessor:
         if self._sort_tools:
             conversation = sort_tools(conversation)
         tools = [t.openai_schema() for t in conversation.tools] or None
-        plan = plan_messages(conversation, self._policy, self._caps)
+        plan = plan_messages(conversation, self._policy, self._caps, self._placement)
         messages, tools, shield = self._literals.shield(plan.messages, tools)
         try:
             text = self._tok.apply_chat_template(

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentserve.preprocess.placement import Placement
 from agentserve.preprocess.replay import ReplayPolicy
 from agentserve.preprocess.template_caps import TemplateCaps
 from agentserve.protocol import (
@@ -124,12 +125,35 @@ def _assistant(turn: Turn, policy: ReplayPolicy, caps: TemplateCaps) -> tuple[di
     return msg, reordered
 
 
-def plan_messages(conversation: Conversation, policy: ReplayPolicy, caps: TemplateCaps) -> RenderPlan:
+def _merge_system(messages: list[dict[str, Any]], text: str, pending: list[str], next_turn: Turn | None) -> None:
+    """A later system message the template does not take in place: into the message before it; after an assistant
+    turn, into the user or tool turn that follows, else a user message of its own. Each choice depends only on
+    its neighbours, so every later turn of the session renders it the same."""
+    if messages and messages[-1]["role"] != "assistant":
+        before = messages[-1]
+        before["content"] = f"{before['content']}\n\n{text}" if before.get("content") else text
+    elif next_turn is not None and next_turn.role in ("user", "tool"):
+        pending.append(text)
+    else:
+        messages.append({"role": "user", "content": text})
+
+
+def plan_messages(
+    conversation: Conversation, policy: ReplayPolicy, caps: TemplateCaps, placement: Placement = Placement()
+) -> RenderPlan:
+    """Messages for the template; `placement` is where the template accepts later system messages and text sent
+    beside tool results (preprocess/placement.py probes it)."""
     messages: list[dict[str, Any]] = []
     reordered = 0
     spans: list[tuple[int, int]] = []
-    for turn in conversation.turns:
+    pending: list[str] = []  # merged system text waiting for the next non-assistant message
+    for i, turn in enumerate(conversation.turns):
         spans.append((len(messages), len(messages)))
+        if turn.role == "system" and i > 0 and not placement.system_in_place:
+            following = conversation.turns[i + 1] if i + 1 < len(conversation.turns) else None
+            _merge_system(messages, turn.text(), pending, following)
+            spans[-1] = (spans[-1][0], len(messages))
+            continue
         if turn.role == "assistant":
             calls = sum(isinstance(b, ToolCallBlock) for b in turn.blocks)
             parts = _per_call_turns(turn) if caps.one_call_per_message and calls > 1 else [turn]
@@ -154,9 +178,20 @@ def plan_messages(conversation: Conversation, policy: ReplayPolicy, caps: Templa
                 raise RequestError(
                     "invalid_request", "this model does not accept image input", param="messages"
                 )
+        first = spans[-1][0]
+        if pending and len(messages) > first:
+            messages[first]["content"] = "\n\n".join([*pending, messages[first]["content"]])
+            pending = []
         only_tool_results = turn.blocks and all(isinstance(b, ToolResultBlock) for b in turn.blocks)
-        if not only_tool_results:
+        text = "".join(text_parts)
+        if placement.text_with_results and len(messages) > first and text:
+            # Beside tool results, not a new user query: as its own user message a template that keeps only the
+            # reasoning after the last query would drop the current loop's.
+            messages[-1]["content"] = f"{messages[-1]['content']}\n\n{text}"
+        elif not only_tool_results:
             role = "user" if turn.role == "tool" else turn.role
-            messages.append({"role": role, "content": "".join(text_parts)})
+            content = "\n\n".join([*pending, text]) if pending else text
+            pending = []
+            messages.append({"role": role, "content": content})
         spans[-1] = (spans[-1][0], len(messages))
     return RenderPlan(messages, reordered, tuple(spans))

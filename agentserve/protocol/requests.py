@@ -70,6 +70,8 @@ class PreprocessedRequest(BaseModel):
     sampling: SamplingParams
     hints: AgentHints = AgentHints()
     max_tokens: int  # resolved against the context window
+    # What the client asked for when that was more than the window leaves (max_tokens is then clamped to it).
+    requested_max_tokens: int | None = None
     reasoning_started: bool = False  # the prompt already opened a reasoning block
     # Last user / tool-result text: what a deterministic (scripted) engine matches on.
     match_text: str = ""

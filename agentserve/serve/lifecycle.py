@@ -216,8 +216,13 @@ class RequestLifecycle:
         return f"{self._scope}/{self.pre.session_key}" if self.pre and self.pre.session_key else ""
 
     def headers(self) -> dict[str, str]:
-        """`x-agentserve-prefix`: how much of the session's previous turn this prompt reuses, and why not all."""
-        return {"x-agentserve-prefix": self.report.header()} if self.report else {}
+        """`x-agentserve-prefix`: how much of the session's previous turn this prompt reuses, and why not all.
+        `x-agentserve-max-tokens-clamped`: the max_tokens granted when the client asked for more than the window
+        leaves after the prompt, as `<granted>; requested=<asked>`."""
+        out = {"x-agentserve-prefix": self.report.header()} if self.report else {}
+        if self.pre is not None and self.pre.requested_max_tokens is not None:
+            out["x-agentserve-max-tokens-clamped"] = f"{self.pre.max_tokens}; requested={self.pre.requested_max_tokens}"
+        return out
 
     # -- the engine stream ---------------------------------------------------------------------------------
     def _open(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentserve.protocol.errors import RequestError
+from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 
 # kind -> (HTTP status, error.type); 4xx kinds Anthropic has no type for are `invalid_request_error`.
 _MAP: dict[str, tuple[int, str]] = {
@@ -50,5 +50,17 @@ def prompt_too_long(prompt_tokens: int, maximum: int) -> RequestError:
     return RequestError(
         "invalid_request",
         f"prompt is too long: {prompt_tokens} tokens > {maximum} maximum",
+        code="context_length_exceeded",
+    )
+
+
+def context_exceeded(err: ContextWindowExceeded) -> RequestError:
+    """Anthropic's wording for each case; Claude Code parses both (the second to retry with a smaller max_tokens)."""
+    if err.max_tokens is None:
+        return prompt_too_long(err.prompt_tokens, err.window)
+    return RequestError(
+        "invalid_request",
+        f"input length and `max_tokens` exceed context limit: {err.prompt_tokens} + {err.max_tokens} > "
+        f"{err.window}, decrease input length or `max_tokens` and try again",
         code="context_length_exceeded",
     )

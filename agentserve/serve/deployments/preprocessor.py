@@ -18,7 +18,8 @@ class PreprocessorReplica:
         a = ServeArgs.from_any(args)
         start_export()  # this process's agentserve metrics -> Ray's metrics agent
         self._pre = Preprocessor(
-            a.model, str(a.model.resolve_path()), a.engine.block_size, sort_tools=a.normalize_sort_tools
+            a.model, str(a.model.resolve_path()), a.engine.block_size, sort_tools=a.normalize_sort_tools,
+            clamp_max_tokens=a.clamp_max_tokens,
         )
 
     def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:

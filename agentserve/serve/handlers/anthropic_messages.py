@@ -21,7 +21,7 @@ from agentserve.apis.anthropic.encode import PING, MessageEncoder, error_frame, 
 from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
 from agentserve.protocol import Conversation
-from agentserve.protocol.errors import RequestError
+from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import register_envelope
 from agentserve.serve.hints import with_hints
@@ -125,11 +125,8 @@ class AnthropicMessagesHandler:
             async with self._ctx.begin(request, gen, model, options, api="anthropic", arrived=arrived) as life:
                 try:
                     pre = await life.admit()  # 529 + retry-after here, not inside a stream
-                except RequestError as err:
-                    if err.code != "context_length_exceeded":
-                        raise
-                    n = await self._count(gen.conversation, gen.thinking)
-                    raise anthropic_errors.prompt_too_long(n, model.context_window) from None
+                except ContextWindowExceeded as err:
+                    raise anthropic_errors.context_exceeded(err) from None
                 encoder = MessageEncoder(
                     message_id=message_id(),
                     model=body.model,
