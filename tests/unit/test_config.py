@@ -42,7 +42,27 @@ def test_cpu_default_is_vllm_with_prefix_caching():
     assert args.engine.kind == "vllm" and args.model.path is None
     kwargs = engine_args(args.engine, Path("/m"), args.model.context_window)
     assert kwargs["enforce_eager"] is True and "distributed_executor_backend" not in kwargs
-    assert kwargs["kv_cache_memory_bytes"] == 1 << 30
+    assert kwargs["kv_cache_memory_bytes"] == 3 << 30
+
+
+def test_cpu_default_serves_a_32k_window_that_claude_code_fits(model_path):
+    """Claude Code's system prompt and tools are ~20K tokens: the shipped window must be >= 32K, reached by YaRN
+    scaling of the 8K-trained checkpoint that vLLM accepts, with KV room for more than one full-window session."""
+    import json
+
+    raw = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    args = ServeArgs.from_any(raw["applications"][0]["args"])
+    window = args.model.context_window
+    kwargs = engine_args(args.engine, model_path, window)
+    trained = json.loads((model_path / "config.json").read_text())
+    rope = kwargs["hf_overrides"]["rope_parameters"]
+    assert window >= 32768 and kwargs["max_model_len"] == window
+    assert rope["rope_type"] == "yarn" and rope["original_max_position_embeddings"] == trained["max_position_embeddings"]
+    assert rope["factor"] * rope["original_max_position_embeddings"] == window
+    assert rope["rope_theta"] == trained["rope_parameters"]["rope_theta"]  # only the scaling changes
+    assert kwargs["hf_overrides"]["max_position_embeddings"] == window  # vLLM: YaRN's max length is pre-scaled
+    per_token = 2 * trained["num_hidden_layers"] * trained["num_key_value_heads"] * trained["head_dim"] * 2
+    assert kwargs["kv_cache_memory_bytes"] // (per_token * window) >= 2
 
 
 def test_scripted_engine_needs_rules():
