@@ -186,7 +186,8 @@ def engine_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def vllm_serve_argv(eng: dict[str, Any], port: int) -> list[str]:
     known = {"model", "tensor_parallel_size", "dtype", "enforce_eager", "enable_prefix_caching", "block_size",
-             "max_model_len", "max_num_seqs", "disable_log_stats", "kv_cache_memory_bytes", "_served_model"}
+             "max_model_len", "max_num_seqs", "disable_log_stats", "kv_cache_memory_bytes", "hf_overrides",
+             "_served_model"}
     extra = set(eng) - known
     if extra:
         raise SystemExit(f"engine settings this benchmark cannot pass to `vllm serve`: {sorted(extra)}")
@@ -202,6 +203,8 @@ def vllm_serve_argv(eng: dict[str, Any], port: int) -> list[str]:
         argv += ["--kv-cache-memory-bytes", str(eng["kv_cache_memory_bytes"])]
     if eng.get("disable_log_stats"):
         argv.append("--disable-log-stats")
+    if eng.get("hf_overrides"):
+        argv += ["--hf-overrides", json.dumps(eng["hf_overrides"])]
     return argv
 
 
@@ -480,15 +483,20 @@ def signal_tree(server: Server, sig: int) -> int:
     return n
 
 
+PAUSING = True  # --no-pause: idle contenders stay running (with one contender, nothing needs pausing)
+
+
 async def pause(server: Server) -> None:
-    signal_tree(server, signal.SIGSTOP)
+    if PAUSING:
+        signal_tree(server, signal.SIGSTOP)
 
 
 async def resume(client, server: Server, model: str, settle_s: float) -> None:
     """SIGCONT the whole tree, let timers that fired while stopped (Ray health checks, engine heartbeats) catch up,
     then one unrecorded request end to end so the first measured request is not the one that finds out."""
-    signal_tree(server, signal.SIGCONT)
-    await asyncio.sleep(settle_s)
+    if PAUSING:
+        signal_tree(server, signal.SIGCONT)
+        await asyncio.sleep(settle_s)
     for attempt in range(30):
         try:
             r = await client.post(f"{server.base}/v1/chat/completions", timeout=120,
@@ -724,6 +732,7 @@ def main() -> int:
     ap.add_argument("--requests-per-stream", type=int, default=2, help="requests per stream at 1 < c <= 8")
     ap.add_argument("--requests-per-stream-high", type=int, default=1, help="requests per stream at c > 8")
     ap.add_argument("--settle-s", type=float, default=3.0, help="wait after SIGCONT before the probe request")
+    ap.add_argument("--no-pause", action="store_true", help="leave idle contenders running instead of SIGSTOP")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, short phases, 16 tokens; writes "
                     "to /tmp unless --out-json/--out-png are given")
     ap.add_argument("--startup-timeout", type=float, default=420.0)
@@ -741,6 +750,8 @@ def main() -> int:
     if a.graph_launcher:
         graph_launcher(a.graph_launcher)
         return 0
+    global PAUSING
+    PAUSING = not a.no_pause and len(a.contenders) > 1
     if a.quick:
         a.rounds, a.max_tokens, a.requests_c1, a.requests_per_stream = 2, 16, 3, 1
     a.out_json = a.out_json or (Path("/tmp/vs_vllm_quick.json") if a.quick else OUT_JSON)
@@ -796,8 +807,9 @@ def main() -> int:
             "loadavg_1_5_15_at_start": load_before,
             "loadavg_1_5_15_at_end": os.getloadavg(),
             "loadavg_1min_per_phase": [round(p["loadavg"], 2) for p in measured["phases"]],
-            "idle_contenders": "paused: SIGSTOP of the whole process tree during every other contender's phases, "
-                               f"SIGCONT + {a.settle_s:.0f} s + one unrecorded request before its own",
+            "idle_contenders": ("paused: SIGSTOP of the whole process tree during every other contender's phases, "
+                                f"SIGCONT + {a.settle_s:.0f} s + one unrecorded request before its own")
+                               if PAUSING else "left running (not paused)",
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto (default)"),
             "thread_cpu_affinity": {s.name: omp_report(s.tree()) for s in servers},
             "startup_s_alone": {s.name: s.ready_s for s in servers},
