@@ -16,7 +16,7 @@ from agentserve.preprocess.replay import policy_for
 from agentserve.preprocess.template_caps import inspect_template
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest, TextBlock
-from agentserve.protocol.errors import RequestError
+from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +38,17 @@ def session_key(request: GenerationRequest) -> str:
 
 
 class Preprocessor:
-    def __init__(self, model: ModelSpec, model_path: str, block_size: int, *, sort_tools: bool = False) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        model_path: str,
+        block_size: int,
+        *,
+        sort_tools: bool = False,
+        clamp_max_tokens: bool = True,  # max_tokens past the window: cut to what is left (False: refuse)
+    ) -> None:
         self._model = model
+        self._clamp = clamp_max_tokens
         self._sort_tools = sort_tools
         self._tok = load_tokenizer(model_path)
         self._block_size = block_size
@@ -103,14 +112,8 @@ class Preprocessor:
         prompt = self.render(request.conversation, request.template_kwargs, thinking=request.thinking)
         n = len(prompt.token_ids)
         window = self._model.context_window
-        if n >= window:
-            raise RequestError(
-                "invalid_request",
-                f"This model's maximum context length is {window} tokens. "
-                f"However, your messages resulted in {n} tokens.",
-                param="messages",
-                code="context_length_exceeded",
-            )
+        if n >= window:  # not even one output token fits
+            raise ContextWindowExceeded(n, window)
         vocab = len(self._tok)
         bad = [t for t, _ in request.sampling.logit_bias if t >= vocab]
         if bad:
@@ -119,7 +122,10 @@ class Preprocessor:
                 param="logit_bias",
             )
         requested = request.sampling.max_tokens
-        max_tokens = window - n if requested is None else min(requested, window - n)
+        clamped = requested is not None and requested > window - n
+        if clamped and not self._clamp:
+            raise ContextWindowExceeded(n, window, requested)
+        max_tokens = window - n if requested is None or clamped else requested
         opener = self._policy.think_open.strip()
         return PreprocessedRequest(
             request_id=request.request_id,
@@ -129,6 +135,7 @@ class Preprocessor:
             sampling=request.sampling,
             hints=request.hints,
             max_tokens=max_tokens,
+            requested_max_tokens=requested if clamped else None,
             reasoning_started=bool(opener) and prompt.text.rstrip().endswith(opener),
             match_text=request.conversation.last_user_text(),
             session_key=session_key(request),
