@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from agentserve.config import EngineSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats
@@ -27,6 +27,28 @@ def load_rules(spec: EngineSpec) -> tuple[ScriptRule, ...]:
     return tuple(ScriptRule.model_validate(r) for r in raw)
 
 
+def _grammar_compiler(tok: Any) -> Callable[[str], Any]:
+    """structural tag -> compiled grammar, with xgrammar as vLLM's backend uses it (compiled grammars cached)."""
+    import functools
+
+    import xgrammar as xgr
+
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok))
+    return functools.lru_cache(maxsize=256)(compiler.compile_structural_tag)
+
+
+def _accepts(grammar: Any, ids: list[int], eos: int | None) -> bool:
+    """The grammar accepts this reply token by token and then ends (at EOS), as constrained decoding would."""
+    import xgrammar as xgr
+
+    matcher = xgr.GrammarMatcher(grammar)
+    if not all(matcher.accept_token(t) for t in ids):
+        return False
+    if eos is not None and not matcher.is_terminated():
+        matcher.accept_token(eos)
+    return matcher.is_terminated()
+
+
 class ScriptedEngine:
     def __init__(
         self,
@@ -37,10 +59,12 @@ class ScriptedEngine:
         cache: ScriptedCache,
         publisher: KvEventPublisher | None = None,
         decode: Callable[[list[int]], str] | None = None,
+        grammar: Callable[[str], Any] | None = None,
     ) -> None:
         self._rules = rules
         self._encode = encode
         self._decode = decode  # needed only to honour stop strings
+        self._grammar = grammar  # structural tag -> compiled xgrammar grammar, to honour constraints
         self._eos = eos_token_id
         self._cache_spec = cache
         self._cache = PrefixCache(cache.capacity_blocks, block_size, publisher.publish if publisher else None)
@@ -63,6 +87,7 @@ class ScriptedEngine:
             spec.cache,
             KvEventPublisher() if spec.kv_events else None,
             decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
+            grammar=_grammar_compiler(tok),
         )
 
     async def start(self) -> None:
@@ -81,15 +106,22 @@ class ScriptedEngine:
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted, len(self._cache))
 
-    def _reply_tokens(self, match_text: str) -> tuple[list[int], float]:
+    def _reply_tokens(self, match_text: str, structural_tag: str | None = None) -> tuple[list[int], float] | None:
+        """The first matching rule's reply; under a constraint, the first matching reply the grammar accepts
+        (None: no rule's reply does), as a constrained engine could only have produced such a reply."""
+        if structural_tag is not None and self._grammar is None:
+            raise ValueError("this scripted engine has no grammar compiler: it cannot honour constraints")
+        grammar = self._grammar(structural_tag) if structural_tag is not None else None
         for rule in self._rules:
             if rule.match in match_text:
                 ids = self._replies.get(rule.reply)
                 if ids is None:
                     ids = self._encode(rule.reply)
                     self._replies[rule.reply] = ids
+                if grammar is not None and not _accepts(grammar, ids, self._eos):
+                    continue
                 return ids, rule.itl_ms
-        return [], 0.0
+        return None if grammar is not None else ([], 0.0)
 
     def _stop_at(self, ids: list[int], stops: Sequence[str]) -> int | None:
         """Index of the token whose text completes the first stop string, as vLLM stops (None: no stop hit)."""
@@ -112,7 +144,15 @@ class ScriptedEngine:
         finished = False
         kv = None
         try:
-            reply, itl_ms = self._reply_tokens(request.match_text)
+            found = self._reply_tokens(request.match_text, request.structural_tag)
+            if found is None:
+                yield EngineDelta(
+                    token_ids=[], finish_reason="error", prompt_tokens=request.prompt_tokens, num_cached_tokens=0,
+                    error="scripted engine: no scripted reply matching this request satisfies its constraint",
+                )
+                finished = True
+                return
+            reply, itl_ms = found
             ids = list(reply)
             if self._eos is not None and not request.sampling.ignore_eos:
                 ids.append(self._eos)

@@ -119,7 +119,7 @@ class VllmEngine:
 
     def _sampling(self, request: PreprocessedRequest):
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         s = request.sampling
         return SamplingParams(
@@ -140,6 +140,9 @@ class VllmEngine:
             # vLLM matches stop strings on its own detokenized text; without stops the ingress alone detokenizes.
             detokenize=bool(s.stop),
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=(
+                StructuredOutputsParams(structural_tag=request.structural_tag) if request.structural_tag else None
+            ),
         )
 
     async def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:

@@ -8,6 +8,8 @@ from typing import Any
 
 from agentserve.config import ModelSpec
 from agentserve.preprocess.block_hash import block_hashes
+from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
+from agentserve.preprocess.constrain import check as check_constraint
 from agentserve.preprocess.literal_text import LiteralGuard
 from agentserve.preprocess.normalize import sort_tools
 from agentserve.preprocess.placement import Placement, placement_for
@@ -127,6 +129,7 @@ class Preprocessor:
             raise ContextWindowExceeded(n, window, requested)
         max_tokens = window - n if requested is None or clamped else requested
         opener = self._policy.think_open.strip()
+        reasoning_started = bool(opener) and prompt.text.rstrip().endswith(opener)
         return PreprocessedRequest(
             request_id=request.request_id,
             model=self._model.id,
@@ -136,12 +139,27 @@ class Preprocessor:
             hints=request.hints,
             max_tokens=max_tokens,
             requested_max_tokens=requested if clamped else None,
-            reasoning_started=bool(opener) and prompt.text.rstrip().endswith(opener),
+            reasoning_started=reasoning_started,
+            structural_tag=self._structural_tag(request, reasoning_started),
             match_text=request.conversation.last_user_text(),
             session_key=session_key(request),
             parse_reasoning=request.thinking is not False,
             replay_reordered=prompt.reordered_turns,
         )
+
+    def _structural_tag(self, request: GenerationRequest, reasoning_started: bool) -> str | None:
+        """The grammar for tool choice / strict tools / output format, reasoning left free (preprocess/constrain.py)."""
+        if request.thinking is False or self._model.reasoning_parser is None:
+            mode = "off"
+        else:
+            mode = "open" if reasoning_started else "optional"
+        markers = ReasoningMarkers(mode, self._policy.think_open.strip(), self._policy.think_close.strip())
+        tag = structural_tag(
+            request.conversation, request.output_format, tool_call_parser=self._model.tool_call_parser, reasoning=markers
+        )
+        if tag is not None:
+            check_constraint(tag, request.conversation, request.output_format)
+        return tag
 
     def tokenize_text(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens)

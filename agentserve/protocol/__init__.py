@@ -1,5 +1,6 @@
 """Typed objects that travel along the graph."""
 
+from agentserve.protocol.constraints import OutputFormat
 from agentserve.protocol.conversation import (
     Block,
     Conversation,
@@ -32,6 +33,7 @@ __all__ = [
     "GenerationRequest",
     "ImageBlock",
     "NamedToolChoice",
+    "OutputFormat",
     "PreprocessedRequest",
     "ReasoningBlock",
     "RouteDecision",

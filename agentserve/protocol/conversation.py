@@ -71,6 +71,7 @@ class ToolSpec(BaseModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool = False  # arguments are constrained to `parameters` while decoding
 
     def openai_schema(self) -> dict[str, Any]:
         fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentserve.protocol.constraints import OutputFormat
 from agentserve.protocol.conversation import Conversation
 
 
@@ -56,6 +57,7 @@ class GenerationRequest(BaseModel):
     template_kwargs: dict[str, Any] = Field(default_factory=dict)
     # The client's thinking switch: None = not said (thinking stays on where the model has it).
     thinking: bool | None = None
+    output_format: OutputFormat | None = None  # None: free text
 
 
 class PreprocessedRequest(BaseModel):
@@ -78,6 +80,8 @@ class PreprocessedRequest(BaseModel):
     # Identifies the conversation across turns (client session id, else a hash of its first user turn).
     session_key: str = ""
     parse_reasoning: bool = True  # False when the client turned thinking off
+    # xgrammar structural tag (JSON) the output must match: tool choice, strict tools, output format; None: free.
+    structural_tag: str | None = None
     replay_reordered: int = 0  # assistant turns whose reasoning order the template could not keep
 
     @property

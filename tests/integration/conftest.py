@@ -7,6 +7,8 @@ import pytest
 
 from tests.conftest import running_graph
 from tests.integration.anthropic_rules import ANTHROPIC_RULES
+from tests.integration.replay_clients import RULE as REPLAY_RULE
+from tests.integration.constraint_rules import CONSTRAINT_RULES
 from tests.integration.responses_rules import RESPONSES_RULES
 
 # Raw model output, markers included, as the scripted engine replays it token by token.
@@ -18,6 +20,7 @@ REASONING_TWO_CALLS = (
 )
 
 RULES = [
+    *CONSTRAINT_RULES,
     *RESPONSES_RULES,
     *ANTHROPIC_RULES,
     {"match": "weather", "reply": REASONING_TWO_CALLS, "itl_ms": 2},
@@ -25,6 +28,7 @@ RULES = [
     {"match": "broken", "reply": '<tool_call>\n{"name": "get_weather", "arguments": {"city": }}\n</tool_call>Sorry.', "itl_ms": 0},
     {"match": "stopword", "reply": "one two STOP three four", "itl_ms": 0},
     {"match": "think", "reply": "<think>Let me think.</think>The answer is 4.", "itl_ms": 0},
+    REPLAY_RULE,  # token-exact replay (replay_clients.py)
     {"match": "", "reply": "Hello! How can I help?", "itl_ms": 0},
 ]
 

@@ -22,7 +22,6 @@ from agentserve.apis.anthropic.schema import (
     MessageParam,
     MessagesRequest,
     MidConvSystemParam,
-    OutputConfig,
     RedactedThinkingParam,
     TextParam,
     ThinkingEnabled,
@@ -42,6 +41,7 @@ from agentserve.protocol import (
     GenerationRequest,
     ImageBlock,
     NamedToolChoice,
+    OutputFormat,
     ReasoningBlock,
     SamplingParams,
     TextBlock,
@@ -197,7 +197,11 @@ def _tools(req: CountTokensRequest) -> tuple[ToolSpec, ...]:
             continue  # a server tool (web_search_..., code_execution_...): nothing here can run it
         if tool.input_schema is None:
             raise _bad(f"tools.{i}.input_schema: Field required", f"tools.{i}.input_schema")
-        specs.append(ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema))
+        specs.append(
+            ToolSpec(
+                name=tool.name, description=tool.description, parameters=tool.input_schema, strict=bool(tool.strict)
+            )
+        )
     return tuple(specs)
 
 
@@ -264,18 +268,18 @@ def _check_thinking_budget(req: MessagesRequest) -> None:
 
 # Fields that would change the output and are not applied here (see apis/unapplied.py).
 UNAPPLIED: Unapplied = {
-    "output_format": None,
     "mcp_servers": lambda v: bool(v),
     "container": None,
 }
-OUTPUT_CONFIG_UNAPPLIED: Unapplied = {"format": None}
 
 
-def _reject_unapplied(req: MessagesRequest) -> None:
-    reject_unapplied(req, UNAPPLIED)
-    config = (req.model_extra or {}).get("output_config")
-    if isinstance(config, dict):
-        reject_unapplied(OutputConfig.model_validate(config), OUTPUT_CONFIG_UNAPPLIED, prefix="output_config.")
+def _output_format(req: MessagesRequest) -> OutputFormat | None:
+    """`output_config.format` (current) or `output_format` (the structured-outputs beta): a JSON schema."""
+    if req.output_config is not None and req.output_config.format is not None:
+        return OutputFormat(kind="json_schema", schema_=req.output_config.format.schema_, param="output_config.format")
+    if req.output_format is not None:
+        return OutputFormat(kind="json_schema", schema_=req.output_format.schema_, param="output_format")
+    return None
 
 
 def decode(
@@ -287,7 +291,7 @@ def decode(
     session_id: str | None = None,
 ) -> GenerationRequest:
     _check_thinking_budget(req)
-    _reject_unapplied(req)
+    reject_unapplied(req, UNAPPLIED)
     user_id = (req.metadata or {}).get("user_id")
     sampling = SamplingParams(
         max_tokens=req.max_tokens,
@@ -303,4 +307,5 @@ def decode(
         sampling=sampling,
         hints=AgentHints(session_id=session_id or (user_id if isinstance(user_id, str) else None)),
         thinking=thinking_switch(req),
+        output_format=_output_format(req),
     )

@@ -100,6 +100,7 @@ class ToolParam(_Open):
     type: str | None = None
     description: str | None = None
     input_schema: dict[str, Any] | None = None
+    strict: bool | None = None
 
 
 class _ToolChoiceBase(_Open):
@@ -146,13 +147,6 @@ class ThinkingAdaptive(_Open):
 Thinking = Annotated[Union[ThinkingEnabled, ThinkingDisabled, ThinkingAdaptive], Field(discriminator="type")]
 
 
-class OutputConfig(_Open):
-    """`output_config`: the output's format (a JSON schema) and effort."""
-
-    format: dict[str, Any] | None = None
-    effort: str | None = None
-
-
 class CountTokensRequest(_Open):
     """What the prompt is rendered from: shared by create and count_tokens, so their counts agree."""
 
@@ -164,6 +158,18 @@ class CountTokensRequest(_Open):
     thinking: Thinking | None = None
 
 
+class OutputFormatParam(_Open):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Open):
+    """`output_config`: the output's format (a JSON schema) and effort."""
+
+    format: OutputFormatParam | None = None
+    effort: str | None = None
+
+
 class MessagesRequest(CountTokensRequest):
     max_tokens: int = Field(ge=1)
     stream: bool = False
@@ -172,3 +178,5 @@ class MessagesRequest(CountTokensRequest):
     top_p: float | None = Field(default=None, gt=0, le=1)  # 0 would be invalid for the engine
     top_k: int | None = Field(default=None, ge=0)
     metadata: dict[str, Any] | None = None
+    output_format: OutputFormatParam | None = None
+    output_config: OutputConfig | None = None

@@ -12,6 +12,7 @@ from agentserve.protocol import (
     GenerationRequest,
     ImageBlock,
     NamedToolChoice,
+    OutputFormat,
     ReasoningBlock,
     SamplingParams,
     TextBlock,
@@ -76,7 +77,6 @@ def _turn(msg: Message, index: int) -> Turn:
 UNAPPLIED: Unapplied = {
     "logprobs": lambda v: v is True,
     "top_logprobs": lambda v: v > 0,
-    "response_format": lambda v: v.get("type") != "text",
     "audio": None,
     "modalities": lambda v: list(v) != ["text"],
     "prediction": None,
@@ -120,6 +120,22 @@ def _logit_bias(raw: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
+def _output_format(raw: dict | None) -> OutputFormat | None:
+    """`response_format`: text (free), json_object, or json_schema {name, schema, strict}."""
+    kind = (raw or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return OutputFormat(kind="json_object")
+    spec = raw.get("json_schema") if kind == "json_schema" else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        raise RequestError(
+            "invalid_request", "response_format needs type text, json_object, or json_schema with a `json_schema` "
+            "object holding its `schema`", param="response_format",
+        )
+    return OutputFormat(kind="json_schema", schema_=spec.get("schema") or {}, param="response_format")
+
+
 def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> GenerationRequest:
     if req.n != 1:
         raise RequestError(
@@ -131,6 +147,7 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
             name=t.function.name,
             description=t.function.description,
             parameters=t.function.parameters or {"type": "object", "properties": {}},
+            strict=bool(t.function.strict),
         )
         for t in req.tools or []
     )
@@ -173,4 +190,5 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
         sampling=sampling,
         hints=AgentHints(session_id=req.user),
         template_kwargs=dict(req.chat_template_kwargs or {}),
+        output_format=_output_format(req.response_format),
     )

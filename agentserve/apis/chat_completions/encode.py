@@ -49,14 +49,12 @@ class ChatEncoder:
         model: str,
         include_usage: bool = False,
         tool_dispatch: bool = False,
-        required_tool: str | bool = False,  # True: any call required; str: that function
     ) -> None:
         self.id = completion_id
         self.model = model
         self.created = int(time.time())
         self._include_usage = include_usage
         self._dispatch = tool_dispatch
-        self._required_tool = required_tool
         self._calls: dict[int, dict[str, Any]] = {}
         self._text: list[str] = []
         self._reasoning: list[str] = []
@@ -89,18 +87,6 @@ class ChatEncoder:
         if any(c["done"] for c in self._calls.values()):
             return "tool_calls"
         return "length" if self.finish.reason == "length" else "stop"
-
-    def missing_required_call(self) -> str | None:
-        """The error to report when tool_choice demanded a call the model did not make."""
-        if not self._required_tool:
-            return None
-        names = {c["name"] for c in self._calls.values() if c["done"]}
-        if self._required_tool is True and names:
-            return None
-        if isinstance(self._required_tool, str) and self._required_tool in names:
-            return None
-        want = "a tool call" if self._required_tool is True else f"a call to '{self._required_tool}'"
-        return f"tool_choice required {want}, but the model produced none"
 
     def _tool_call_body(self, index: int) -> dict[str, Any]:
         c = self._calls[index]
@@ -169,9 +155,6 @@ class ChatEncoder:
         assert self.finish is not None
         if self.finish.reason == "error":
             return [self.error_chunk(self.finish.error or "engine error")]
-        missing = self.missing_required_call()
-        if missing:
-            return [self.error_chunk(missing, code="tool_call_missing")]
         out = [self._chunk({}, self.finish_reason())]
         if self._include_usage and self.usage is not None:
             out.append(

@@ -53,6 +53,7 @@ class FunctionDef(_Open):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None
 
 
 class Tool(_Open):

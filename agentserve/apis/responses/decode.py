@@ -21,6 +21,7 @@ from agentserve.protocol import (
     GenerationRequest,
     ImageBlock,
     NamedToolChoice,
+    OutputFormat,
     ReasoningBlock,
     SamplingParams,
     TextBlock,
@@ -93,7 +94,10 @@ def _custom_spec(tool: s.CustomTool) -> ToolSpec:
 
 def _function_spec(tool: s.FunctionTool, name: str) -> ToolSpec:
     return ToolSpec(
-        name=name, description=tool.description, parameters=tool.parameters or {"type": "object", "properties": {}}
+        name=name,
+        description=tool.description,
+        parameters=tool.parameters or {"type": "object", "properties": {}},
+        strict=bool(tool.strict),
     )
 
 
@@ -272,9 +276,24 @@ UNAPPLIED: Unapplied = {
     "conversation": None,
 }
 TEXT_UNAPPLIED: Unapplied = {
-    "format": lambda v: isinstance(v, dict) and v.get("type") not in (None, "text"),
     "verbosity": lambda v: v != "medium",
 }
+
+
+def _output_format(text: dict[str, Any] | None) -> OutputFormat | None:
+    """`text.format`: text (free), json_object, or json_schema {name, schema, strict} (Codex's --output-schema)."""
+    fmt = (text or {}).get("format") or {}
+    kind = fmt.get("type", "text") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return OutputFormat(kind="json_object", param="text.format")
+    if kind != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise RequestError(
+            "invalid_request", "text.format needs type text, json_object, or json_schema with a `schema` object",
+            param="text.format",
+        )
+    return OutputFormat(kind="json_schema", schema_=fmt["schema"], param="text.format.schema")
 
 
 def _reject_unapplied(req: s.ResponsesRequest) -> None:
@@ -319,5 +338,6 @@ def decode(
         conversation=Conversation(turns=tuple(turns), tools=specs, tool_choice=_tool_choice(req.tool_choice, kinds)),
         sampling=sampling,
         hints=AgentHints(session_id=session_id or req.prompt_cache_key or req.user),
+        output_format=_output_format(req.text),
     )
     return Decoded(request=gen, tool_kinds=kinds, namespaces=namespaces)

@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from agentserve import metrics
 from agentserve.apis import chat_completions
 from agentserve.apis.chat_completions.encode import DONE, ChatEncoder
-from agentserve.protocol import NamedToolChoice
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.context import IngressContext
 from agentserve.serve.hints import with_hints
@@ -65,7 +64,6 @@ class ChatCompletionsHandler:
                 model=body.model,
                 include_usage=bool(body.stream_options and body.stream_options.include_usage),
                 tool_dispatch=self._ctx.args.enable_streaming_tool_dispatch,
-                required_tool=choice.name if isinstance(choice, NamedToolChoice) else choice == "required",
             )
             async with self._ctx.begin(request, gen, model, options, api="chat", arrived=arrived) as life:
                 await life.admit()  # 4xx / 503 + Retry-After here, never inside a 200 stream
@@ -74,9 +72,6 @@ class ChatCompletionsHandler:
                 result = encoder.response(await life.collect())
                 if encoder.finish is not None and encoder.finish.reason == "error":
                     raise RequestError("overloaded", encoder.finish.error or "engine error", retry_after=1.0)
-                missing = encoder.missing_required_call()
-                if missing:
-                    raise RequestError("internal", missing, code="tool_call_missing")
                 return JSONResponse(result, headers=life.headers())
         except RequestError as err:
             status = err.status

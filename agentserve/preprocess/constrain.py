@@ -1,0 +1,141 @@
+"""Tool choice, strict tools and output formats -> the model's own grammar, as an xgrammar structural tag.
+
+vLLM applies the tag while decoding (structured outputs, xgrammar backend; it runs on CPU); the scripted engine
+checks its replies against the same tag. Reasoning stays free: the tag opens with the model's reasoning block
+(required when the prompt already opened it, optional otherwise) and the constraint starts after its end marker.
+Tool calls are written in the configured tool-call parser's format, so the parsers read constrained calls exactly
+as free ones; a format with no entry in CALL_FORMATS cannot be constrained, and a request that needs it is a 400.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from agentserve.protocol import Conversation, NamedToolChoice, OutputFormat, ToolSpec
+from agentserve.protocol.errors import RequestError
+
+Tag = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    trigger: str  # the text every call starts with
+    tag: Callable[[str, dict[str, Any]], Tag]  # (tool name, arguments schema) -> one call's tag
+
+
+def _hermes(name: str, schema: dict[str, Any]) -> Tag:
+    return {
+        "type": "tag",
+        "begin": '<tool_call>\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": ',
+        "content": {"type": "json_schema", "json_schema": schema},
+        "end": "}\n</tool_call>",
+    }
+
+
+CALL_FORMATS: dict[str, CallFormat] = {"hermes": CallFormat("<tool_call>", _hermes)}
+
+Reasoning = Literal["off", "optional", "open"]  # no reasoning / the model may open a block / the prompt opened it
+_GAP = {"type": "regex", "pattern": "(\\n| ){0,4}"}  # what a template puts between reasoning and the answer
+_CALL_GAP = {"type": "regex", "pattern": "(\\n| ){0,2}"}
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+@dataclass(frozen=True)
+class ReasoningMarkers:
+    mode: Reasoning
+    open: str = "<think>"
+    close: str = "</think>"
+
+
+def _reasoning(m: ReasoningMarkers) -> list[Tag]:
+    if m.mode == "off":
+        return []
+    block = {"type": "tag", "begin": "" if m.mode == "open" else m.open, "content": {"type": "any_text"}, "end": m.close}
+    return [block if m.mode == "open" else {"type": "optional", "content": block}, _GAP]
+
+
+def _calls(fmt: CallFormat, tools: tuple[ToolSpec, ...], *, schema_of, only_one: bool = False) -> Tag:
+    """One call (`only_one`) or one or more calls, nothing else; calls may be separated by a newline or two."""
+    tags = [fmt.tag(t.name, schema_of(t)) for t in tools]
+    one = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
+    if only_one:
+        return one
+    more = {"type": "star", "content": {"type": "sequence", "elements": [_CALL_GAP, one]}}
+    return {"type": "sequence", "elements": [one, more]}
+
+
+def _output(fmt: OutputFormat) -> Tag:
+    schema = fmt.schema_ if fmt.kind == "json_schema" and fmt.schema_ is not None else _ANY_OBJECT
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _call_format(parser: str | None, why: str, param: str) -> CallFormat:
+    fmt = CALL_FORMATS.get(parser or "")
+    if fmt is None:
+        raise RequestError(
+            "invalid_request",
+            f"{why} cannot be enforced for this model: its tool-call format ({parser}) has no constrained form here",
+            param=param,
+        )
+    return fmt
+
+
+def structural_tag(
+    conversation: Conversation,
+    output_format: OutputFormat | None,
+    *,
+    tool_call_parser: str | None,
+    reasoning: ReasoningMarkers,
+    tool_choice_param: str = "tool_choice",
+) -> str | None:
+    """The structural tag this request's output must match, or None when nothing constrains it."""
+    tools, choice = conversation.tools, conversation.tool_choice
+    strict = any(t.strict for t in tools)
+    body: Tag | None = None
+    if tools and isinstance(choice, NamedToolChoice):
+        fmt = _call_format(tool_call_parser, "tool_choice naming a tool", tool_choice_param)
+        named = tuple(t for t in tools if t.name == choice.name)
+        body = _calls(fmt, named, schema_of=lambda t: t.parameters, only_one=True)
+    elif tools and choice == "required":
+        fmt = _call_format(tool_call_parser, "tool_choice requiring a call", tool_choice_param)
+        body = _calls(fmt, tools, schema_of=lambda t: t.parameters)
+    elif tools and choice == "none":
+        fmt = CALL_FORMATS.get(tool_call_parser or "")
+        if output_format is not None:
+            body = _output(output_format)
+        elif fmt is not None:
+            body = {"type": "any_text", "excludes": [fmt.trigger]}
+    elif tools and (strict or output_format is not None):  # auto
+        fmt = _call_format(tool_call_parser, "strict tools" if strict else "an output format with tools", "tools")
+        schema_of = lambda t: t.parameters if t.strict else _ANY_OBJECT  # noqa: E731
+        if output_format is not None:
+            calls = _calls(fmt, tools, schema_of=schema_of)
+            body = {"type": "or", "elements": [calls, _output(output_format)]}
+        else:
+            tags = [fmt.tag(t.name, schema_of(t)) for t in tools]
+            body = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags}
+    elif output_format is not None:
+        body = _output(output_format)
+    if body is None:
+        return None
+    tag = {"type": "structural_tag", "format": {"type": "sequence", "elements": [*_reasoning(reasoning), body]}}
+    return json.dumps(tag, ensure_ascii=False)
+
+
+def check(tag: str, conversation: Conversation, output_format: OutputFormat | None) -> None:
+    """Compile the tag once here, so a schema the grammar compiler refuses is a 400 naming its field."""
+    import xgrammar as xgr
+
+    try:
+        xgr.Grammar.from_structural_tag(tag)
+    except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError with the reason
+        param = output_format.param if output_format is not None else "tools"
+        for i, t in enumerate(conversation.tools):
+            try:
+                xgr.Grammar.from_json_schema(json.dumps(t.parameters))
+            except Exception:  # noqa: BLE001
+                param = f"tools[{i}]"
+                break
+        raise RequestError("invalid_request", f"cannot constrain the output to this schema: {exc}", param=param) from exc
