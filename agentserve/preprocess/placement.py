@@ -34,7 +34,7 @@ from agentserve.protocol import (
     Turn,
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("ray.serve")
 
 
 @dataclass(frozen=True)
