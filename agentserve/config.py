@@ -64,6 +64,11 @@ class ModelSpec(_Strict):
     reasoning_parser: str | None = "qwen3"
     tool_call_parser: str | None = "hermes"
     skip_special_tokens: bool = True
+    # Reasoning effort -> thinking-token budget (Responses reasoning.effort, chat reasoning_effort, Anthropic
+    # output_config.effort, Codex's reasoning levels); "none" turns thinking off; a level not listed: no limit.
+    reasoning_budgets: dict[str, int] = Field(
+        default_factory=lambda: {"minimal": 128, "low": 512, "medium": 2048, "high": 8192, "xhigh": 16384}
+    )
     owned_by: str = "agentserve"
     # Replay policy family (preprocess/replay.py); None: follows from the reasoning parser.
     replay_family: str | None = None
@@ -161,6 +166,25 @@ class ResponseStoreSpec(_Strict):
     ttl_s: float = Field(default=24 * 3600.0, gt=0)
 
 
+class KeptTurnsSpec(_Strict):
+    """Token-exact replay (preprocess/splice.py): every finished assistant turn's generated token ids are kept in
+    the state backend under a digest of its content and history, and an earlier assistant turn a client sends
+    back with the same content goes back into the prompt as those tokens instead of the template's re-rendering
+    (which differs wherever the model's spelling did: whitespace around reasoning, JSON spacing, key order).
+
+    enabled: keep and splice (off: every turn is re-rendered; the doctor names `output_rerendered`). Bounds as
+    the Responses store's: past max_entries or max_bytes the least recently used go first, unused for ttl_s
+    they expire. commit_wait_s: how long the end of a stream may wait for its turn's batch to be committed, so
+    a follow-up sent the moment the stream ends finds it (the tokens themselves never wait).
+    """
+
+    enabled: bool = True
+    max_entries: int = Field(default=200_000, ge=1)
+    max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
+    ttl_s: float = Field(default=24 * 3600.0, gt=0)
+    commit_wait_s: float = Field(default=0.25, ge=0)
+
+
 class StateSpec(_Strict):
     """Where state that outlives a process lives: the Responses store, per-key limits, the generated secret key.
 
@@ -245,6 +269,8 @@ class ServeArgs(_Strict):
     allow_generated_secret_key: bool = False
     # The prefix doctor's bounds (DoctorSpec); its trace file is trace_path.
     doctor: DoctorSpec = DoctorSpec()
+    # Token-exact replay of earlier assistant turns (KeptTurnsSpec), kept in the state backend.
+    kept_turns: KeptTurnsSpec = KeptTurnsSpec()
 
     @model_validator(mode="after")
     def _keys_are_digests(self) -> "ServeArgs":

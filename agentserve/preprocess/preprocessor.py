@@ -15,10 +15,14 @@ from agentserve.preprocess.normalize import sort_tools
 from agentserve.preprocess.placement import Placement, placement_for
 from agentserve.preprocess.render import plan_messages
 from agentserve.preprocess.replay import policy_for
+from agentserve.preprocess.splice import Spliced, TurnSlot, splice
 from agentserve.preprocess.template_caps import inspect_template
+from agentserve.preprocess.thinking_switch import probe as probe_thinking_switch
 from agentserve.preprocess.tokenizer import load_tokenizer
-from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest, TextBlock
+from agentserve.preprocess.turn_digest import chain, header_digest, kept_key
+from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest, SamplingParams, TextBlock
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
+from agentserve.state.kept_turns import KeptTurnStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,15 @@ class RenderedPrompt:
     text: str
     token_ids: list[int]
     reordered_turns: int = 0
+    spliced: Spliced | None = None  # kept turns placed as generated (None: no splicing was tried)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayKeys:
+    """A conversation's kept-turn keys: per conversation turn index that may be spliced, and the whole's digest."""
+
+    slots: dict[int, str]
+    prefix: str  # digest of the whole conversation: the ingress keeps the turn that follows under it
 
 
 def session_key(request: GenerationRequest) -> str:
@@ -39,6 +52,10 @@ def session_key(request: GenerationRequest) -> str:
     return ""
 
 
+def _has_assistant(request: GenerationRequest) -> bool:
+    return any(t.role == "assistant" for t in request.conversation.turns[:-1])
+
+
 class Preprocessor:
     def __init__(
         self,
@@ -47,18 +64,31 @@ class Preprocessor:
         block_size: int,
         *,
         sort_tools: bool = False,
+        kept: KeptTurnStore | None = None,  # kept turns to splice back (None: every turn is re-rendered)
         clamp_max_tokens: bool = True,  # max_tokens past the window: cut to what is left (False: refuse)
     ) -> None:
         self._model = model
         self._clamp = clamp_max_tokens
+        self._kept = kept
         self._sort_tools = sort_tools
         self._tok = load_tokenizer(model_path)
         self._block_size = block_size
         self._policy = policy_for(model.reasoning_parser, model.replay_family)
         self._caps = inspect_template(self._tok.chat_template or "")
+        # The template's thinking on/off variable, whatever it is called (None: it has none).
+        self._switch = probe_thinking_switch(
+            lambda kw: self._tok.apply_chat_template(
+                [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False, **kw
+            ),
+            self._caps.variables,
+            open_marker=self._policy.think_open.strip(),
+            close_marker=self._policy.think_close.strip(),
+        )
         self._literals = LiteralGuard(self._tok)  # special-token text in user content stays text
         # Where this template takes later system messages and text beside tool results (probed once per template).
         self._placement = placement_for(self._tok.chat_template or "", self._policy.family, self._probe_text)
+        added = getattr(self._tok, "added_tokens_decoder", {}) or {}
+        self._end_tokens = {i: t.content for i, t in added.items()}  # a kept turn ends with one of these
 
     def _probe_text(self, conversation: Conversation, placement: Placement, add_generation_prompt: bool) -> str:
         """A probe conversation rendered by the template as requests are (thinking as by default)."""
@@ -76,6 +106,8 @@ class Preprocessor:
         kwargs = dict(client)
         if self._model.reasoning_parser is None:
             return kwargs
+        if self._switch is not None:
+            kwargs.setdefault(self._switch.name, self._switch.on if thinking is not False else self._switch.off)
         switch = self._policy.disable if thinking is False else self._policy.enable
         for name, value in switch.items():
             if self._caps.accepts(name):
@@ -89,29 +121,61 @@ class Preprocessor:
         *,
         add_generation_prompt: bool = True,
         thinking: bool | None = None,
+        replay: ReplayKeys | None = None,
     ) -> RenderedPrompt:
         if self._sort_tools:
             conversation = sort_tools(conversation)
         tools = [t.openai_schema() for t in conversation.tools] or None
         plan = plan_messages(conversation, self._policy, self._caps, self._placement)
         messages, tools, shield = self._literals.shield(plan.messages, tools)
-        try:
-            text = self._tok.apply_chat_template(
-                messages,
-                tools=tools,
-                add_generation_prompt=add_generation_prompt,
-                tokenize=False,
-                **self.template_kwargs(template_kwargs or {}, thinking),
+        kwargs = self.template_kwargs(template_kwargs or {}, thinking)
+
+        def apply(msgs: list[dict[str, Any]], generation_prompt: bool) -> str:
+            return self._tok.apply_chat_template(
+                msgs, tools=tools, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
             )
+
+        try:
+            text = apply(messages, add_generation_prompt)
         except RequestError:
             raise
         except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
             raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
-        ids = self._literals.encode(text, shield)
-        return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns)
+        spliced = None
+        if replay is not None and replay.slots and self._kept is not None:
+            slots = [TurnSlot(*plan.turn_spans[t], key) for t, key in sorted(replay.slots.items())]
+            kept = self._kept.get_many([s.key for s in slots])
+            spliced = splice(
+                text,
+                slots,
+                kept,
+                render=lambda n, gen: apply(messages[:n], gen),
+                encode=lambda piece: self._literals.encode(piece, shield),
+                token_text=lambda tid: self._end_tokens.get(tid, ""),
+            )
+            self._kept.touch(spliced.used)
+            ids = spliced.token_ids
+        else:
+            ids = self._literals.encode(text, shield)
+        return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns, spliced)
 
-    def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:
-        prompt = self.render(request.conversation, request.template_kwargs, thinking=request.thinking)
+    def replay_keys(self, request: GenerationRequest, scope: str) -> ReplayKeys:
+        """Keys of the request's earlier assistant turns (those followed by another turn) and of the whole."""
+        conv = request.conversation
+        header = header_digest(scope, self._model.id, conv, request.template_kwargs, request.thinking)
+        digests = chain(header, conv.turns)
+        slots = {
+            i: kept_key(digests[i])
+            for i, turn in enumerate(conv.turns[:-1])
+            if turn.role == "assistant" and turn.blocks
+        }
+        return ReplayKeys(slots, kept_key(digests[-1] if digests else header))
+
+    def preprocess(self, request: GenerationRequest, scope: str = "") -> PreprocessedRequest:
+        """`scope` is the caller's identity: kept turns are never shared across callers."""
+        keys = self.replay_keys(request, scope) if self._kept is not None else None
+        thinking = False if request.reasoning_effort == "none" else request.thinking
+        prompt = self.render(request.conversation, request.template_kwargs, thinking=thinking, replay=keys)
         n = len(prompt.token_ids)
         window = self._model.context_window
         if n >= window:  # not even one output token fits
@@ -135,7 +199,7 @@ class Preprocessor:
             model=self._model.id,
             token_ids=prompt.token_ids,
             block_hashes=block_hashes(prompt.token_ids, self._block_size),
-            sampling=request.sampling,
+            sampling=self._with_thinking_budget(request, thinking),
             hints=request.hints,
             max_tokens=max_tokens,
             requested_max_tokens=requested if clamped else None,
@@ -145,11 +209,27 @@ class Preprocessor:
             session_key=session_key(request),
             parse_reasoning=request.thinking is not False,
             replay_reordered=prompt.reordered_turns,
+            replay_prefix=keys.prefix if keys is not None else "",
+            replay_outcomes=tuple(sorted(prompt.spliced.outcomes.items())) if prompt.spliced else (),
+            replay_last_rerendered=prompt.spliced.last_rerendered if prompt.spliced else _has_assistant(request),
         )
+
+    def _with_thinking_budget(self, request: GenerationRequest, thinking: bool | None) -> SamplingParams:
+        """The engine's thinking budget: the client's, else the model's for the effort asked; 0 with thinking off
+        (the engine ends any reasoning at once, whether or not the template could switch it off)."""
+        sampling = request.sampling
+        if self._model.reasoning_parser is None:  # nothing to budget; the engine has no reasoning markers
+            return sampling.model_copy(update={"thinking_budget": None}) if sampling.thinking_budget is not None else sampling
+        budget = sampling.thinking_budget
+        if thinking is False:
+            budget = 0
+        elif budget is None and request.reasoning_effort is not None:
+            budget = self._model.reasoning_budgets.get(request.reasoning_effort)
+        return sampling if budget == sampling.thinking_budget else sampling.model_copy(update={"thinking_budget": budget})
 
     def _structural_tag(self, request: GenerationRequest, reasoning_started: bool) -> str | None:
         """The grammar for tool choice / strict tools / output format, reasoning left free (preprocess/constrain.py)."""
-        if request.thinking is False or self._model.reasoning_parser is None:
+        if request.thinking is False or request.reasoning_effort == "none" or self._model.reasoning_parser is None:
             mode = "off"
         else:
             mode = "open" if reasoning_started else "optional"

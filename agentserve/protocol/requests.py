@@ -10,6 +10,23 @@ from agentserve.protocol.constraints import OutputFormat
 from agentserve.protocol.conversation import Conversation
 
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+def reasoning_effort(value: str | None, param: str) -> ReasoningEffort | None:
+    """A wire API's effort value, checked: an unknown level is a 400 naming the API's field."""
+    from typing import get_args
+
+    from agentserve.protocol.errors import RequestError
+
+    if value is None:
+        return None
+    if value not in get_args(ReasoningEffort):
+        levels = ", ".join(get_args(ReasoningEffort))
+        raise RequestError("invalid_request", f"{param} must be one of {levels}; got '{value}'", param=param)
+    return value  # type: ignore[return-value]
+
+
 class SamplingParams(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -28,6 +45,8 @@ class SamplingParams(BaseModel):
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit), bias in [-100, 100]
     # None: no logprobs; k >= 0: each sampled token's logprob and its k most likely alternatives.
     logprobs: int | None = Field(default=None, ge=0, le=20)
+    # Reasoning tokens allowed before the engine ends reasoning with the model's own end marker (None: no limit).
+    thinking_budget: int | None = Field(default=None, ge=0)
 
 
 class AgentHints(BaseModel):
@@ -58,6 +77,8 @@ class GenerationRequest(BaseModel):
     # The client's thinking switch: None = not said (thinking stays on where the model has it).
     thinking: bool | None = None
     output_format: OutputFormat | None = None  # None: free text
+    # How hard to think: "none" turns thinking off; other levels map to a budget per model (ModelSpec).
+    reasoning_effort: ReasoningEffort | None = None
 
 
 class PreprocessedRequest(BaseModel):
@@ -83,6 +104,12 @@ class PreprocessedRequest(BaseModel):
     # xgrammar structural tag (JSON) the output must match: tool choice, strict tools, output format; None: free.
     structural_tag: str | None = None
     replay_reordered: int = 0  # assistant turns whose reasoning order the template could not keep
+    # Token-exact replay (preprocess/splice.py): the conversation's digest, under which the ingress keeps the turn
+    # this request generates; how each earlier assistant turn was replayed (outcome, count); whether the last one
+    # was re-rendered by the template rather than placed as generated.
+    replay_prefix: str = ""
+    replay_outcomes: tuple[tuple[str, int], ...] = ()
+    replay_last_rerendered: bool = False
 
     @property
     def prompt_tokens(self) -> int:

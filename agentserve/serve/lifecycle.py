@@ -33,10 +33,13 @@ from agentserve.config import ModelSpec, ServeArgs
 from agentserve.doctor import PrefixDoctor, PrefixReport
 from agentserve.postprocess import Postprocessor
 from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest, RouteDecision
+from agentserve.preprocess.turn_digest import key_after
 from agentserve.protocol.errors import RequestError
+from agentserve.protocol.events import ToolCallError, ToolCallTruncated
 from agentserve.serve.http import SSE_HEADERS
 from agentserve.serve.observe import StreamObserver, bind_request_id, observe_prefix, observe_route
 from agentserve.serve.speculative import SpeculativePrefill, TurnCollector
+from agentserve.state.kept_turns import KeptTurnStore
 
 logger = logging.getLogger("ray.serve")
 
@@ -85,8 +88,10 @@ class RequestPath:
         router: DeploymentHandle,
         engine: DeploymentHandle,
         tokenizer: Any,
+        kept: KeptTurnStore | None = None,
     ) -> None:
         self.args = args
+        self.kept = kept  # where finished turns' generated tokens are kept for token-exact replay
         self.preprocessor = preprocessor
         self.router = router
         self.engine = engine.options(stream=True)
@@ -162,7 +167,9 @@ class RequestLifecycle:
         self._ended_normally = False
         self._closed = False
         self._observer = StreamObserver(model.id)
-        self._collector: TurnCollector | None = None
+        self._collector: TurnCollector | None = None  # the turn as sent (speculative prefill, kept turns)
+        self._speculate = False
+        self._unparsed = False  # a tool call the parser could not complete: the turn is not kept
 
     @property
     def id(self) -> str:
@@ -184,12 +191,16 @@ class RequestLifecycle:
         if self._client_id:
             logger.debug("request %s carries client id %s", self.id, self._client_id)
         started = time.perf_counter()
-        pre = await self._path.preprocessor.preprocess.remote(self.request)
+        pre = await self._path.preprocessor.preprocess.remote(self.request, self._scope)
         routing = time.perf_counter()
         metrics.QUEUE_TIME.labels(pre.model, "preprocess").observe(routing - started)
         self.pre = pre
         session = self._session()
-        check = asyncio.ensure_future(self._path.doctor.check(session, pre.token_ids)) if session else None
+        check = (
+            asyncio.ensure_future(self._path.doctor.check(session, pre.token_ids, pre.replay_last_rerendered))
+            if session
+            else None
+        )
         route_call = self._path.router.route.remote(pre.route_request())
         try:
             self.route = await route_call
@@ -208,7 +219,10 @@ class RequestLifecycle:
             observe_prefix(pre.model, self.report)
         if pre.replay_reordered:
             metrics.REPLAY_REORDERED.labels(pre.model).inc(pre.replay_reordered)
-        if self.request.hints.speculative_prefill and self._path.speculative.enabled:
+        for outcome, n in pre.replay_outcomes:
+            metrics.REPLAY_TURNS.labels(pre.model, outcome).inc(n)
+        self._speculate = self.request.hints.speculative_prefill and self._path.speculative.enabled
+        if self._speculate or self._path.kept is not None:
             self._collector = TurnCollector()
         return pre
 
@@ -263,6 +277,9 @@ class RequestLifecycle:
             self._observer.events(events)
             if self._collector is not None:
                 self._collector.feed(events)
+                self._unparsed = self._unparsed or any(
+                    isinstance(e, (ToolCallError, ToolCallTruncated)) for e in events
+                )
         if self.post.finish_reason is not None:
             self._ended_normally = self.post.finish_reason in ("stop", "length")
         return events
@@ -293,6 +310,7 @@ class RequestLifecycle:
             while self.post.finish_reason is None:
                 delta = await self._next_delta(None)
                 out.extend(self._events(delta))
+            await self._keep_turn()
             return out
         finally:
             self.close()
@@ -341,6 +359,7 @@ class RequestLifecycle:
                     yield wire.failure(RequestError("internal", f"stream failed: {type(exc).__name__}"))
                     return
                 if self.post.finish_reason is not None:
+                    await self._keep_turn()
                     if before_end is not None:
                         try:
                             await before_end()
@@ -352,6 +371,27 @@ class RequestLifecycle:
                     yield chunk
         finally:
             self.close()
+
+    async def _keep_turn(self) -> None:
+        """Keep the finished turn's generated tokens under its content key (token-exact replay). The batch is
+        written on the store's thread; the end of the stream waits for it at most `commit_wait_s`, so a follow-up
+        sent the moment the client sees the end finds it. Turns cut short (length, stop string, error) or whose
+        tool call did not parse are not kept: their tokens do not decode to what the client was sent."""
+        kept, pre, post = self._path.kept, self.pre, self.post
+        if kept is None or pre is None or post is None or self._collector is None or self._warm_only:
+            return
+        if post.finish_reason != "stop" or post.stopped or self._unparsed or not pre.replay_prefix:
+            return
+        turn = self._collector.turn()
+        if turn is None or not post.output_ids:
+            return
+        done = kept.put(key_after(pre.replay_prefix, turn), pre.token_ids, list(post.output_ids))
+        wait = self._path.args.kept_turns.commit_wait_s
+        try:
+            stored = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), wait) if wait > 0 else None
+        except asyncio.TimeoutError:
+            stored = None
+        metrics.KEPT_TURNS.labels(pre.model, {True: "kept", False: "refused", None: "pending"}[stored]).inc()
 
     # -- the end -------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -381,7 +421,7 @@ class RequestLifecycle:
             session = self._session()
             if session:
                 self._path.doctor.record(session, self.pre.token_ids, post.output_ids)
-            if self._collector is not None:
+            if self._collector is not None and self._speculate:
                 self._path.speculative.after(self.request, self.pre, self.route, self._collector)
 
 

@@ -37,6 +37,7 @@ from agentserve.serve.limits import KeyLimitsMiddleware
 from agentserve.serve.lifecycle import RequestPath
 from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.request_id import RequestIdMiddleware
+from agentserve.state.kept_turns import open_kept_turns
 
 logger = logging.getLogger("ray.serve")
 
@@ -113,7 +114,10 @@ class Ingress:
             args=config,
             catalog=Catalog([config.model]),
             tokenizer=tokenizer,
-            path=RequestPath(config, preprocessor=preprocessor, router=router, engine=engine, tokenizer=tokenizer),
+            path=RequestPath(
+                config, preprocessor=preprocessor, router=router, engine=engine, tokenizer=tokenizer,
+                kept=open_kept_turns(config.kept_turns, config.state),
+            ),
             preprocessor=preprocessor,
         )
         self._chat = ChatCompletionsHandler(self._ctx)

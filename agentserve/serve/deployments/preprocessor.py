@@ -10,6 +10,7 @@ from agentserve.config import ServeArgs
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest
 from agentserve.serve.ray_metrics import start_export
+from agentserve.state.kept_turns import open_kept_turns
 
 
 @serve.deployment(name="Preprocessor", max_ongoing_requests=256)
@@ -20,10 +21,11 @@ class PreprocessorReplica:
         self._pre = Preprocessor(
             a.model, str(a.model.resolve_path()), a.engine.block_size, sort_tools=a.normalize_sort_tools,
             clamp_max_tokens=a.clamp_max_tokens,
+            kept=open_kept_turns(a.kept_turns, a.state),
         )
 
-    def preprocess(self, request: GenerationRequest) -> PreprocessedRequest:
-        return self._pre.preprocess(request)
+    def preprocess(self, request: GenerationRequest, scope: str = "") -> PreprocessedRequest:
+        return self._pre.preprocess(request, scope)
 
     def render_tokens(
         self,
