@@ -35,10 +35,8 @@ async def parse_body(request: Request, model: type[M]) -> M:
 
 
 def parse_json(raw: bytes | str, model: type[M]) -> M:
-    """A JSON document (a request body, or a WebSocket frame) into `model`, under the same body limits."""
+    """A JSON document (a decoded request body, or a WebSocket frame) into `model`, under the same body limits."""
     spec = limits.current()
-    if len(raw) > spec.max_body_bytes:
-        raise RequestError("too_large", f"request is larger than {spec.max_body_bytes} bytes")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

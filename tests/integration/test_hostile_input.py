@@ -75,7 +75,8 @@ def assert_envelope(path: str, r: httpx.Response) -> None:
 
 # -- authentication -------------------------------------------------------------------------------------------
 ROUTES = [
-    ("POST", "/v1/chat/completions"), ("POST", "/v1/responses"), ("GET", "/v1/responses/resp_x"),
+    ("POST", "/v1/chat/completions"), ("POST", "/v1/responses"), ("POST", "/v1/responses/input_tokens"),
+    ("GET", "/v1/responses/resp_x"),
     ("DELETE", "/v1/responses/resp_x"), ("POST", "/v1/messages"), ("POST", "/v1/messages?beta=true"),
     ("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models"), ("GET", "/v1/models/smollm2"),
     ("POST", "/tokenize"), ("POST", "/v1/tokenize"), ("POST", "/detokenize"), ("POST", "/v1/detokenize"),
@@ -88,7 +89,8 @@ def test_every_route_but_health_needs_a_key(url):
         schema = c.get("/openapi.json", headers=AUTH).json()
         declared = {(m.upper(), p.replace("{response_id}", "resp_x").replace("{model_id}", "smollm2"))
                     for p, ops in schema["paths"].items() for m in ops}
-        assert declared - {r for r in ROUTES} == {("GET", "/health")}  # the sweep covers every declared route
+        # the sweep covers every declared route; /health and the harnesses' root probe are open
+        assert declared - {r for r in ROUTES} == {("GET", "/health"), ("GET", "/"), ("HEAD", "/")}
         for method, path in ROUTES:
             for headers in ({}, {"x-api-key": "wrong"}, {"authorization": "Bearer wrong"}, {"authorization": KEY}):
                 r = c.request(method, path, headers=headers, json={"model": "smollm2"})
@@ -98,8 +100,28 @@ def test_every_route_but_health_needs_a_key(url):
                 got = r.json()["error"]["type"]
                 assert got == want, (path, got)
         assert c.get("/health").status_code == 200
+        for method in ("GET", "HEAD"):  # Codex's and Claude Code's probe: 200 without a key, and nothing else
+            r = c.request(method, "/")
+            assert r.status_code == 200 and (method == "HEAD" or r.json() == {"status": "ok"})
         for headers in (AUTH, {"x-api-key": KEY}, {"x-api-key": OTHER_KEY}):
             assert c.get("/v1/models", headers=headers).status_code == 200
+
+
+def test_responses_websocket_needs_a_key(url):
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    ws_url = url.replace("http://", "ws://") + "/v1/responses"
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        with pytest.raises(InvalidStatus) as refused:  # the upgrade is refused: no frame is ever read
+            connect(ws_url, additional_headers=headers, open_timeout=30)
+        assert refused.value.response.status_code in (401, 403)
+    with connect(ws_url, additional_headers=AUTH, open_timeout=30) as ws:
+        ws.send('{"type": "response.create", "model": "smollm2", "input": "hi", "store": false}')
+        events = []
+        while not events or events[-1]["type"] not in ("response.completed", "response.failed", "error"):
+            events.append(json.loads(ws.recv(timeout=60)))
+    assert events[-1]["type"] == "response.completed"
 
 
 def test_stored_responses_are_visible_only_to_their_key(url):

@@ -36,6 +36,7 @@ from agentserve.serve.errors import error_parts
 from agentserve.serve.faults import as_request_error
 from agentserve.serve.handlers.responses import PreparedResponse, ResponsesHandler
 from agentserve.serve.http import parse_json
+from agentserve.serve import limits
 from agentserve.serve.limits import KeyLimiter
 
 logger = logging.getLogger("ray.serve")
@@ -139,6 +140,9 @@ class ResponsesSocket:
             try:
                 if self._limiter.active():
                     held = await asyncio.to_thread(self._limiter.acquire, current_identity() or "")
+                cap = limits.current().max_body_bytes
+                if len(text) > cap:  # a frame is a request body: the same cap
+                    raise RequestError("too_large", f"request frame exceeds {cap} bytes")
                 body = parse_json(text, CreateFrame)
 
                 async def recall(response_id: str) -> list[Any] | None:
