@@ -25,6 +25,8 @@ def _normalised(body: bytes) -> list:
     events: list = []
     deltas: dict = {}
     for block in body.decode().strip().split("\n\n"):
+        if block.startswith(":"):  # an SSE comment (keep-alive during a gap): not an event
+            continue
         data = json.loads(block.split("data: ", 1)[1])
         data.pop("sequence_number", None)
         if data["type"].endswith(".delta"):
