@@ -31,10 +31,21 @@ class Engine(Protocol):
 
 
 def make_engine(args: ServeArgs, model_path: Path) -> Engine:
+    markers = reasoning_markers(args)
     if args.engine.kind == "scripted":
         from agentserve.engines.scripted import ScriptedEngine
 
-        return ScriptedEngine.from_spec(args.engine, model_path)
+        return ScriptedEngine.from_spec(args.engine, model_path, reasoning_markers=markers)
     from agentserve.engines.vllm import VllmEngine
 
-    return VllmEngine(args.engine, model_path, context_window=args.model.context_window)
+    return VllmEngine(args.engine, model_path, context_window=args.model.context_window, reasoning_markers=markers)
+
+
+def reasoning_markers(args: ServeArgs) -> tuple[str, str] | None:
+    """(start, end) of the model's reasoning block, which a thinking budget counts and ends; None: no reasoning."""
+    if args.model.reasoning_parser is None:
+        return None
+    from agentserve.preprocess.replay import policy_for
+
+    policy = policy_for(args.model.reasoning_parser, args.model.replay_family)
+    return policy.think_open.strip(), policy.think_close.strip()

@@ -49,6 +49,13 @@ def _accepts(grammar: Any, ids: list[int], eos: int | None) -> bool:
     return matcher.is_terminated()
 
 
+def _find(ids: list[int], seq: list[int], start: int) -> int:
+    for i in range(start, len(ids) - len(seq) + 1):
+        if ids[i : i + len(seq)] == seq:
+            return i
+    return -1
+
+
 class ScriptedEngine:
     def __init__(
         self,
@@ -60,11 +67,15 @@ class ScriptedEngine:
         publisher: KvEventPublisher | None = None,
         decode: Callable[[list[int]], str] | None = None,
         grammar: Callable[[str], Any] | None = None,
+        reasoning_markers: tuple[str, str] | None = None,
     ) -> None:
         self._rules = rules
         self._encode = encode
         self._decode = decode  # needed only to honour stop strings
         self._grammar = grammar  # structural tag -> compiled xgrammar grammar, to honour constraints
+        # The reasoning block's (start, end) token ids, to honour thinking budgets as vLLM does.
+        self._think = tuple(encode(m) for m in reasoning_markers) if reasoning_markers else None
+        self._end_text = reasoning_markers[1] if reasoning_markers else ""
         self._eos = eos_token_id
         self._cache_spec = cache
         self._cache = PrefixCache(cache.capacity_blocks, block_size, publisher.publish if publisher else None)
@@ -75,7 +86,9 @@ class ScriptedEngine:
         self._publisher = publisher  # KV events in vLLM's wire format, for the router's prefix index
 
     @classmethod
-    def from_spec(cls, spec: EngineSpec, model_path: Path) -> "ScriptedEngine":
+    def from_spec(
+        cls, spec: EngineSpec, model_path: Path, *, reasoning_markers: tuple[str, str] | None = None
+    ) -> "ScriptedEngine":
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(model_path))
@@ -88,6 +101,7 @@ class ScriptedEngine:
             KvEventPublisher() if spec.kv_events else None,
             decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
             grammar=_grammar_compiler(tok),
+            reasoning_markers=reasoning_markers,
         )
 
     async def start(self) -> None:
@@ -138,6 +152,34 @@ class ScriptedEngine:
             lo, hi = (lo, mid) if hit(mid) else (mid + 1, hi)
         return lo - 1
 
+    def _within_budget(self, ids: list[int], budget: int | None, started: bool) -> list[int]:
+        """Reasoning cut at `budget` tokens and closed with the model's end marker, as vLLM's thinking budget does;
+        the reply then goes on after its own end marker."""
+        if budget is None or self._think is None:
+            return ids
+        start, end = self._think
+        begin = 0 if started else _find(ids, start, 0)
+        if begin < 0:
+            return ids
+        body = begin + (0 if started else len(start))
+        after = self._end_of(ids, body, self._end_text)  # the end marker may merge with the text before it
+        if after - body <= budget:
+            return ids
+        return ids[: body + budget] + end + ids[after:]
+
+    def _end_of(self, ids: list[int], body: int, marker: str) -> int:
+        """Index just past the token that completes `marker` after `body` (len(ids): never)."""
+        if self._decode is None:
+            raise ValueError("this scripted engine has no decoder: it cannot honour thinking budgets")
+        hit = lambda n: marker in self._decode(ids[body:n])  # noqa: E731 - monotone in n
+        if not hit(len(ids)):
+            return len(ids)
+        lo, hi = body + 1, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if hit(mid) else (mid + 1, hi)
+        return lo
+
     async def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:
         self._active += 1
         self._started += 1
@@ -153,6 +195,7 @@ class ScriptedEngine:
                 finished = True
                 return
             reply, itl_ms = found
+            reply = self._within_budget(reply, request.sampling.thinking_budget, request.reasoning_started)
             ids = list(reply)
             if self._eos is not None and not request.sampling.ignore_eos:
                 ids.append(self._eos)

@@ -35,7 +35,11 @@ def kv_events_config(pub_port: int, replay_port: int, topic: str = "") -> dict[s
 
 
 def engine_args(
-    spec: EngineSpec, model_path: Path, context_window: int, kv_ports: tuple[int, int] | None = None
+    spec: EngineSpec,
+    model_path: Path,
+    context_window: int,
+    kv_ports: tuple[int, int] | None = None,
+    reasoning_markers: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """AsyncEngineArgs fields for a spec; kept separate so configuration tests need no engine."""
     kwargs: dict[str, Any] = {
@@ -56,6 +60,10 @@ def engine_args(
         kwargs["distributed_executor_backend"] = "ray"
     if kv_ports is not None:
         kwargs["kv_events_config"] = kv_events_config(*kv_ports)
+    if reasoning_markers is not None:
+        # What `thinking_token_budget` counts from and forces at the budget: the model's own markers.
+        start, end = reasoning_markers
+        kwargs["reasoning_config"] = {"reasoning_start_str": start, "reasoning_end_str": end}
     kwargs.update(spec.engine_kwargs)
     return kwargs
 
@@ -84,9 +92,16 @@ def _ray_stat_loggers() -> list[Any] | None:
 
 
 class VllmEngine:
-    def __init__(self, spec: EngineSpec, model_path: Path, *, context_window: int) -> None:
+    def __init__(
+        self,
+        spec: EngineSpec,
+        model_path: Path,
+        *,
+        context_window: int,
+        reasoning_markers: tuple[str, str] | None = None,
+    ) -> None:
         self._kv_ports = (_free_port(), _free_port()) if spec.kv_events else None
-        self._kwargs = engine_args(spec, model_path, context_window, self._kv_ports)
+        self._kwargs = engine_args(spec, model_path, context_window, self._kv_ports, reasoning_markers)
         self._priority = self._kwargs.get("scheduling_policy") == "priority"
         self._llm = None
         self._active = 0
@@ -103,6 +118,10 @@ class VllmEngine:
             from vllm.config.kv_events import KVEventsConfig
 
             kwargs["kv_events_config"] = KVEventsConfig(**kwargs["kv_events_config"])
+        if isinstance(kwargs.get("reasoning_config"), dict):
+            from vllm.config.reasoning import ReasoningConfig
+
+            kwargs["reasoning_config"] = ReasoningConfig(**kwargs["reasoning_config"])
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=_ray_stat_loggers())
 
     def kv_event_ports(self) -> tuple[int, int] | None:
@@ -137,6 +156,7 @@ class VllmEngine:
             stop=list(s.stop) or None,
             logit_bias=dict(s.logit_bias) or None,
             logprobs=s.logprobs,
+            thinking_token_budget=s.thinking_budget,
             # vLLM matches stop strings on its own detokenized text; without stops the ingress alone detokenizes.
             detokenize=bool(s.stop),
             output_kind=RequestOutputKind.DELTA,

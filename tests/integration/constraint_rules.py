@@ -1,4 +1,4 @@
-"""Scripted model output for the constrained-decoding tests (prepended to the shared graph's rules).
+"""Scripted model output for the constrained-decoding and reasoning-budget tests (prepended to the shared graph's rules).
 
 Several replies share one `match`: unconstrained, the engine replays the first; under a constraint, the first one
 the request's grammar accepts, as a constrained model could only have produced such a reply.
@@ -22,7 +22,10 @@ TIME_TOOL = {
     "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
 }
 
+LONG_REASONING = "<think>" + "step " * 600 + "</think>Done."  # about 600 reasoning tokens
+
 CONSTRAINT_RULES = [
+    {"match": "RX_LONG", "reply": LONG_REASONING, "itl_ms": 0},
     {"match": "CX_ASK", "reply": "<think>Maybe a tool.</think>I can answer that without tools.", "itl_ms": 0},
     {"match": "CX_ASK", "reply": "<think>Use the tool.</think>" + CALL_WEATHER, "itl_ms": 0},
     {"match": "CX_ASK", "reply": CALL_TIME, "itl_ms": 0},

@@ -51,6 +51,7 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.errors import RequestError
+from agentserve.protocol.requests import reasoning_effort
 
 IMAGE_PLACEHOLDER = "[image omitted: this model does not read images]"
 
@@ -299,6 +300,7 @@ def decode(
         top_p=1.0 if req.top_p is None else req.top_p,
         top_k=-1 if not req.top_k else req.top_k,
         stop=tuple(s for s in req.stop_sequences or () if s),
+        thinking_budget=req.thinking.budget_tokens if isinstance(req.thinking, ThinkingEnabled) else None,
     )
     return GenerationRequest(
         request_id=request_id,
@@ -308,4 +310,5 @@ def decode(
         hints=AgentHints(session_id=session_id or (user_id if isinstance(user_id, str) else None)),
         thinking=thinking_switch(req),
         output_format=_output_format(req),
+        reasoning_effort=reasoning_effort(req.output_config.effort if req.output_config else None, "output_config.effort"),
     )

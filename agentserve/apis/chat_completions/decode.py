@@ -22,6 +22,7 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.errors import RequestError
+from agentserve.protocol.requests import reasoning_effort
 
 
 def _content_blocks(msg: Message) -> list[TextBlock | ImageBlock]:
@@ -191,4 +192,5 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
         hints=AgentHints(session_id=req.user),
         template_kwargs=dict(req.chat_template_kwargs or {}),
         output_format=_output_format(req.response_format),
+        reasoning_effort=reasoning_effort(req.reasoning_effort, "reasoning_effort"),
     )

@@ -31,6 +31,7 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.errors import RequestError
+from agentserve.protocol.requests import reasoning_effort
 
 ToolKind = Literal["function", "custom", "local_shell"]
 
@@ -339,5 +340,6 @@ def decode(
         sampling=sampling,
         hints=AgentHints(session_id=session_id or req.prompt_cache_key or req.user),
         output_format=_output_format(req.text),
+        reasoning_effort=reasoning_effort(req.reasoning.effort if req.reasoning else None, "reasoning.effort"),
     )
     return Decoded(request=gen, tool_kinds=kinds, namespaces=namespaces)
