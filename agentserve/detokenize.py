@@ -59,7 +59,7 @@ class SpecialTokens:
 
 @lru_cache(maxsize=8)
 def special_tokens(tokenizer: Any) -> SpecialTokens:
-    """One `SpecialTokens` per tokenizer object per process (built at the ingress's start-up)."""
+    """One `SpecialTokens` per tokenizer object per process (the ingress builds it at start-up)."""
     return SpecialTokens.of(tokenizer)
 
 

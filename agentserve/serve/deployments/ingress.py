@@ -20,6 +20,7 @@ from agentserve.apis import anthropic, chat_completions, codex_models, responses
 from agentserve.apis.models import Catalog
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest, detokenize_body, tokenize_body
 from agentserve.config import ServeArgs
+from agentserve.detokenize import special_tokens
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol.errors import RequestError
 from agentserve.serve import openapi
@@ -110,6 +111,8 @@ class Ingress:
         limits.configure(config.limits, config.state)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
         tokenizer = load_tokenizer(str(config.model.resolve_path()))
+        # The tokenizer's special tokens, read once; the log names those the configured parsers get to see.
+        special_tokens(tokenizer).kept(config.model.reasoning_parser, config.model.tool_call_parser)
         self._ctx = IngressContext(
             args=config,
             catalog=Catalog([config.model]),
