@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import OrderedDict
 from typing import Any, Literal
@@ -42,6 +43,7 @@ from agentserve.serve.limits import KeyLimiter
 logger = logging.getLogger("ray.serve")
 
 PATH = "/v1/responses"
+_ACK = re.compile(r'^\s*\{\s*"type"\s*:\s*"response\.processed"')
 REMEMBERED = 4  # responses per connection that `previous_response_id` can name without the store
 
 
@@ -133,6 +135,8 @@ class ResponsesSocket:
         await asyncio.shield(reader)
 
     async def _answer(self, ws: WebSocket, text: str, remembered: OrderedDict[str, list[dict[str, Any]]]) -> None:
+        if _ACK.search(text[:200]):  # newer Codex acknowledges each response; no answer is expected
+            return
         arrived = time.perf_counter()
         status, model_name = 200, "unknown"
         held = None

@@ -138,6 +138,10 @@ def test_bad_frames_get_error_frames_and_the_connection_stays_usable(graph_url):
         assert over[-1]["response"]["error"]["code"] == "context_length_exceeded"
         ok = exchange(ws, create(codex_turn("rsp-hello")))
         assert ok[-1]["type"] == "response.completed"
+        # Newer Codex acknowledges a response with `response.processed`, expecting no answer.
+        ws.send(json.dumps({"type": "response.processed", "response_id": ok[-1]["response"]["id"]}))
+        after = exchange(ws, create(codex_turn("rsp-hello")))
+        assert after[0]["type"] == "response.created" and after[-1]["type"] == "response.completed"
 
 
 def test_client_leaving_mid_response_ends_the_request(graph_url):
