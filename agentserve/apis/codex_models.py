@@ -56,6 +56,9 @@ def model_info(slug: str, model: ModelSpec, *, listed: bool = True) -> dict[str,
         "experimental_supported_tools": [],
         "input_modalities": list(p.input_modalities),
         "max_output_tokens": p.max_output_tokens,
+        # The Responses WebSocket is served: builds that gate it on the model (not only on the provider's
+        # `supports_websockets`, as 0.171 does) read this.
+        "prefer_websockets": True,
     }
 
 
