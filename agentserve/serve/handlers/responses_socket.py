@@ -45,6 +45,7 @@ logger = logging.getLogger("ray.serve")
 PATH = "/v1/responses"
 _ACK = re.compile(r'^\s*\{\s*"type"\s*:\s*"response\.processed"')
 REMEMBERED = 4  # responses per connection that `previous_response_id` can name without the store
+INBOX = 8  # frames read ahead of the one being answered (Codex sends one at a time)
 
 
 class CreateFrame(responses.ResponsesRequest):
@@ -91,30 +92,36 @@ class ResponsesSocket:
     async def serve(self, ws: WebSocket) -> None:
         await ws.accept()
         remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=INBOX)  # full: the client's frames wait in TCP
         reader = asyncio.ensure_future(self._read(ws, inbox))
+        turn: asyncio.Future | None = None
         try:
             while True:
-                text = await inbox.get()
-                if text is None:
+                if reader.done() and inbox.empty():
                     return
-                turn = asyncio.ensure_future(self._answer(ws, text, remembered))
-                gone = asyncio.ensure_future(self._gone(reader))
-                await asyncio.wait((turn, gone), return_when=asyncio.FIRST_COMPLETED)
-                gone.cancel()
+                next_frame = asyncio.ensure_future(inbox.get())
+                await asyncio.wait((next_frame, reader), return_when=asyncio.FIRST_COMPLETED)
+                if not next_frame.done():  # the client left between responses
+                    next_frame.cancel()
+                    return
+                turn = asyncio.ensure_future(self._answer(ws, next_frame.result(), remembered))
+                await asyncio.wait((turn, reader), return_when=asyncio.FIRST_COMPLETED)
                 if not turn.done():  # the client left mid-response: end it (the lifecycle releases everything)
-                    turn.cancel()
-                    await asyncio.gather(turn, return_exceptions=True)
                     return
                 if turn.exception() is not None:  # the connection broke while answering
                     if not isinstance(turn.exception(), WebSocketDisconnect):
                         logger.warning("websocket response ended with %r", turn.exception())
                     return
         finally:
-            reader.cancel()
+            for task in (turn, reader):
+                if task is not None and not task.done():
+                    task.cancel()
+            if turn is not None:
+                await asyncio.gather(turn, return_exceptions=True)
 
     @staticmethod
-    async def _read(ws: WebSocket, inbox: asyncio.Queue[str | None]) -> None:
+    async def _read(ws: WebSocket, inbox: asyncio.Queue[str]) -> None:
+        """Frames into `inbox` until the client goes (then this task ends: that is how `serve` learns it)."""
         try:
             while True:
                 message = await ws.receive()
@@ -124,15 +131,9 @@ class ResponsesSocket:
                 if text is None and message.get("bytes") is not None:
                     text = message["bytes"].decode("utf-8", "replace")
                 if text is not None:
-                    inbox.put_nowait(text)
+                    await inbox.put(text)
         except (WebSocketDisconnect, RuntimeError):
             return
-        finally:
-            inbox.put_nowait(None)
-
-    @staticmethod
-    async def _gone(reader: asyncio.Future) -> None:
-        await asyncio.shield(reader)
 
     async def _answer(self, ws: WebSocket, text: str, remembered: OrderedDict[str, list[dict[str, Any]]]) -> None:
         if _ACK.search(text[:200]):  # newer Codex acknowledges each response; no answer is expected
