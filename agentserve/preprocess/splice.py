@@ -15,11 +15,18 @@ engine's cache at the start of that output. For each earlier assistant turn with
 Meaning is unchanged by construction: the kept tokens are found by the digest of their own parse (what the
 client was sent), so they decode to content equal to the turn the client sent back. Anything else re-renders.
 Tokenization is piecewise at the same cuts every turn, so turn N's prompt + output is a prefix of turn N+1's.
+
+Rendering A and B per turn makes a request's work grow with the square of its turns; `SpanMemo` remembers, per
+process, where a turn's rendering sits (lengths, and a digest of the rendering up to its end token), keyed by a
+digest of the messages rendered, so each request renders only the turns it has not seen before and checks the
+others with one pass of hashing over the prompt text.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import hashlib
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -35,6 +42,50 @@ class TurnSlot:
     start: int
     end: int
     key: str
+    render_key: bytes = b""  # digest of what renders A and B (messages, tools, switches); empty: not memoized
+
+
+def _text_digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+class SpanMemo:
+    """render_key + end token -> (len(A), end of the turn's end token in B, digest of B up to there). Bounded
+    LRU, shared by the preprocessor's threads."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self._max = max_entries
+        self._spans: OrderedDict[bytes, tuple[int, int, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> tuple[int, int, bytes] | None:
+        with self._lock:
+            hit = self._spans.get(key)
+            if hit is not None:
+                self._spans.move_to_end(key)
+            return hit
+
+    def put(self, key: bytes, span: tuple[int, int, bytes]) -> None:
+        with self._lock:
+            self._spans[key] = span
+            while len(self._spans) > self._max:
+                self._spans.popitem(last=False)
+
+
+class _TextPrefix:
+    """Digests of growing prefixes of one text, hashing each character once when asked in increasing order."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._h = hashlib.blake2b(digest_size=16)
+        self._pos = 0
+
+    def digest(self, end: int) -> bytes:
+        if end < self._pos:
+            return _text_digest(self._text[:end])
+        self._h.update(self._text[self._pos : end].encode())
+        self._pos = end
+        return self._h.copy().digest()
 
 
 @dataclass
@@ -62,12 +113,14 @@ def splice(
     render: Callable[[int, bool], str],  # render(n messages, add_generation_prompt) with this request's settings
     encode: Callable[[str], list[int]],  # text -> ids, the prompt's own tokenization
     token_text: Callable[[int], str],  # one id -> its text, special tokens included
+    memo: SpanMemo | None = None,
 ) -> Spliced:
     """The prompt's token ids for rendered `text`, with kept turns in place of their re-rendering."""
     out = Spliced([])
     prompt = _Prompt()
+    prefix = _TextPrefix(text)
     for i, slot in enumerate(slots):
-        outcome = _place(text, slot, kept.get(slot.key), prompt, render, encode, token_text)
+        outcome = _place(text, slot, kept.get(slot.key), prompt, render, encode, token_text, memo, prefix)
         out.outcomes[outcome] += 1
         if outcome == "spliced":
             out.used.append(slot.key)
@@ -87,24 +140,36 @@ def _place(
     render: Callable[[int, bool], str],
     encode: Callable[[str], list[int]],
     token_text: Callable[[int], str],
+    memo: SpanMemo | None,
+    prefix: _TextPrefix,
 ) -> Outcome:
     if turn is None or not turn.output_ids:
         return "not_kept"
-    try:
-        before = render(slot.start, True)
-        through = render(slot.end, False)
-    except Exception:  # noqa: BLE001 - a template that cannot render this prefix alone: re-render the turn
-        return "render_failed"
-    if len(before) < prompt.pos or not through.startswith(before) or not text.startswith(before):
-        return "template_changed"
     end_token = token_text(turn.output_ids[-1])
-    at = through.rfind(end_token, len(before)) if end_token else -1
-    if at < 0:
+    if not end_token:
         return "end_of_turn"
-    end = at + len(end_token)
-    if text[len(before) : end] != through[len(before) : end]:
+    memo_key = slot.render_key + end_token.encode() if memo is not None and slot.render_key else None
+    span = memo.get(memo_key) if memo_key is not None else None
+    if span is None:
+        try:
+            before = render(slot.start, True)
+            through = render(slot.end, False)
+        except Exception:  # noqa: BLE001 - a template that cannot render this prefix alone: re-render the turn
+            return "render_failed"
+        if not through.startswith(before):
+            return "template_changed"  # the turn's rendering rewrites the generation prompt
+        at = through.rfind(end_token, len(before))
+        if at < 0:
+            return "end_of_turn"
+        span = (len(before), at + len(end_token), _text_digest(through[: at + len(end_token)]))
+        if memo_key is not None:
+            memo.put(memo_key, span)
+    start, end, digest = span
+    # The whole prompt must read as B up to the end token: a template that renders the turn otherwise once
+    # later turns exist (drops its reasoning, say) keeps its choice.
+    if start < prompt.pos or end > len(text) or prefix.digest(end) != digest:
         return "template_changed"
-    gap = encode(text[prompt.pos : len(before)]) if len(before) > prompt.pos else []
+    gap = encode(text[prompt.pos : start]) if start > prompt.pos else []
     digest = prompt.digest.copy()
     digest.update(gap)
     if digest.digest() != turn.prompt_digest:

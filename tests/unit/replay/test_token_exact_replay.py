@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from agentserve.doctor.report import diagnose
-from agentserve.preprocess.turn_digest import key_after
+from agentserve.preprocess.turn_digest import assistant_content, key_after
 from agentserve.protocol import ReasoningBlock, TextBlock, ToolCallBlock, Turn
 from agentserve.state.backend import StoreBounds
 from agentserve.state.kept_turns import KeptTurnStore
@@ -135,3 +137,45 @@ def test_templates_that_drop_reasoning_keep_their_choice(make_preprocessor, name
     pre = make_preprocessor(fam.template, fam.specials, fam.reasoning, fam.policy, fam.tools)
     text = pre._tok.decode(final.token_ids)
     assert "I should read a.py first" not in text
+
+
+_WORD = st.text(alphabet=st.sampled_from("abcXYZ019 .,:;'-_/()[]{}\"\\éü中文🙂"), min_size=1, max_size=12)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
+@given(
+    reasoning=st.lists(_WORD, min_size=1, max_size=6).map(" ".join),
+    pad=st.sampled_from(["", "\n", "\n\n", " "]),
+    args=st.dictionaries(st.sampled_from(["path", "cmd", "cwd", "limit"]), _WORD, min_size=1, max_size=4),
+    separators=st.sampled_from([(",", ":"), (", ", ": "), (",", ": ")]),
+    api=st.sampled_from(APIS),
+)
+def test_any_spelling_of_a_turn_replays_as_generated(make_preprocessor, reasoning, pad, args, separators, api):
+    """Whatever whitespace around the reasoning and whatever JSON spacing and key order the model wrote, the next
+    prompt holds those tokens (reuse 1.0), and they parse to the content the client sent back."""
+    fam = FAMILIES["agentserve_default"]
+    reasoning = reasoning.strip() or "x"
+    call = json.dumps({"name": "read", "arguments": args}, separators=separators, ensure_ascii=False)
+    output = f"<think>{pad}{reasoning}{pad}</think>{pad}<tool_call>\n{call}\n</tool_call>"
+    kept = store()
+    pre = make_preprocessor(fam.template, fam.specials, fam.reasoning, fam.policy, fam.tools)
+    pre._kept = kept
+    try:
+        history = Reordering(api)
+        before = pre.preprocess(history.request(), SCOPE)
+        generated = pre._tok.encode(output + fam.eot, add_special_tokens=False)
+        assume(pre._tok.decode(generated) == output + fam.eot)  # text a model can write (the vocabulary spells it)
+        segs = parse(fam, output, before.reasoning_started, before.parse_reasoning)
+        kept.put(key_after(before.replay_prefix, kept_turn(segs)), before.token_ids, generated).result(timeout=5)
+        history.assistant(segs)
+        history.results(segs)
+        after = pre.preprocess(history.request(), SCOPE)
+        expected = before.token_ids + generated
+        assert after.token_ids[: len(expected)] == expected
+        # Meaning unchanged: the placed tokens, decoded and parsed, are the content the client sent back.
+        placed = pre._tok.decode(after.token_ids[len(before.token_ids): len(expected) - 1])
+        sent = next(t for t in history.request().conversation.turns if t.role == "assistant")
+        assert assistant_content(kept_turn(parse(fam, placed, False)).blocks) == assistant_content(sent.blocks)
+    finally:
+        pre._kept = None
+        kept.close()
