@@ -18,6 +18,8 @@ import copy
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import vllm
 from agentserve.apis.anthropic.decode import decode as anthropic_decode
@@ -200,3 +202,36 @@ def test_probe_is_decided_by_rendering_not_by_the_source():
         )
 
     assert probe_placement(render) == Placement(system_in_place=False, text_with_results=True)
+
+
+# Request boundaries in a session: each request ends where the model's next assistant turn begins.
+_turn_shapes = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 1)),  # system messages after the user turn / after the assistant
+    min_size=1, max_size=4,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=_turn_shapes)
+@pytest.mark.parametrize("template, parser, family", [f for f in FAMILIES if f[0] in
+                         ("qwen3", "deepseek_r1", "nemotron", "minimax", "deepseek_vl2", "agentserve_default")])  # fmt: skip
+def test_no_later_request_rewrites_an_earlier_one(preprocessor, template, parser, family, shape):
+    """However system messages fall between user and assistant turns, each request's prompt is a prefix of every
+    later one's, and every system message reaches the prompt."""
+    pre = preprocessor(template, parser, family)
+    messages: list[dict] = []
+    for i, (after_user, after_assistant) in enumerate(shape):
+        messages.append({"role": "user", "content": f"question {i}"})
+        messages += [{"role": "system", "content": [{"type": "text", "text": f"reminder {i}.{j}"}]}
+                     for j in range(after_user)]  # fmt: skip
+        messages.append({"role": "assistant", "content": f"answer {i}"})
+        messages += [{"role": "system", "content": [{"type": "text", "text": f"note {i}.{j}"}]}
+                     for j in range(after_assistant)]  # fmt: skip
+    messages.append({"role": "user", "content": "last question"})
+    whole = text(pre, claude_code(messages))
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":
+            assert whole.startswith(text(pre, claude_code(messages[:k]), generation=False)), (pre._placement, k)
+    for m in messages:
+        if m["role"] == "system":
+            assert m["content"][0]["text"] in whole
