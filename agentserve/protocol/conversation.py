@@ -97,16 +97,23 @@ class Conversation(BaseModel):
     turns: tuple[Turn, ...]
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice = "auto"
+    parallel_tool_calls: bool = True  # False: at most one call per turn (enforced by the grammar when constrained)
 
     def last_user_text(self) -> str:
-        """Text of the last user or tool-result turn (what a scripted engine matches on)."""
+        """Text of the user and tool-result turns since the last assistant turn (what a scripted engine matches
+        on): one turn to the client, however many messages it took (OpenClaw sends a tool_result, then a user
+        message with its runtime context)."""
+        run: list[str] = []
         for turn in reversed(self.turns):
-            if turn.role in ("user", "tool"):
-                parts = []
-                for b in turn.blocks:
-                    if isinstance(b, TextBlock):
-                        parts.append(b.text)
-                    elif isinstance(b, ToolResultBlock):
-                        parts.append(b.content)
-                return "".join(parts)
-        return ""
+            if turn.role not in ("user", "tool"):
+                if run:
+                    break
+                continue
+            parts = []
+            for b in turn.blocks:
+                if isinstance(b, TextBlock):
+                    parts.append(b.text)
+                elif isinstance(b, ToolResultBlock):
+                    parts.append(b.content)
+            run.append("".join(parts))
+        return "\n".join(reversed(run))
