@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ from agentserve.preprocess.normalize import sort_tools
 from agentserve.preprocess.placement import Placement, placement_for
 from agentserve.preprocess.render import plan_messages
 from agentserve.preprocess.replay import policy_for
-from agentserve.preprocess.splice import Spliced, TurnSlot, splice
+from agentserve.preprocess.splice import SpanMemo, Spliced, TurnSlot, splice
 from agentserve.preprocess.template_caps import inspect_template
 from agentserve.preprocess.thinking_switch import probe as probe_thinking_switch
 from agentserve.preprocess.tokenizer import load_tokenizer
@@ -52,6 +53,16 @@ def session_key(request: GenerationRequest) -> str:
     return ""
 
 
+def _message_digests(messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any]) -> list[bytes]:
+    """digests[n] names the first n messages rendered with these tools and template switches."""
+    h = hashlib.blake2b(json.dumps([tools, kwargs], sort_keys=True, default=str).encode(), digest_size=16).digest()
+    out = [h]
+    for m in messages:
+        h = hashlib.blake2b(h + json.dumps(m, sort_keys=True, default=str).encode(), digest_size=16).digest()
+        out.append(h)
+    return out
+
+
 def _has_assistant(request: GenerationRequest) -> bool:
     return any(t.role == "assistant" for t in request.conversation.turns[:-1])
 
@@ -70,6 +81,7 @@ class Preprocessor:
         self._model = model
         self._clamp = clamp_max_tokens
         self._kept = kept
+        self._spans = SpanMemo()  # where earlier turns sit in their renderings, so each is rendered once
         self._sort_tools = sort_tools
         self._tok = load_tokenizer(model_path)
         self._block_size = block_size
@@ -143,7 +155,12 @@ class Preprocessor:
             raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
         spliced = None
         if replay is not None and replay.slots and self._kept is not None:
-            slots = [TurnSlot(*plan.turn_spans[t], key) for t, key in sorted(replay.slots.items())]
+            # Renderings are remembered by what was rendered; a shield's markers carry a per-render nonce: not then.
+            marks = _message_digests(messages, tools, kwargs) if shield is None else None
+            slots = []
+            for t, key in sorted(replay.slots.items()):
+                start, end = plan.turn_spans[t]
+                slots.append(TurnSlot(start, end, key, marks[start] + marks[end] if marks else b""))
             kept = self._kept.get_many([s.key for s in slots])
             spliced = splice(
                 text,
@@ -152,6 +169,7 @@ class Preprocessor:
                 render=lambda n, gen: apply(messages[:n], gen),
                 encode=lambda piece: self._literals.encode(piece, shield),
                 token_text=lambda tid: self._end_tokens.get(tid, ""),
+                memo=self._spans,
             )
             self._kept.touch(spliced.used)
             ids = spliced.token_ids
