@@ -213,3 +213,27 @@ def test_reasoning_dropped_from_an_older_turn(pre, tok):
     )
     r = _report(pre, tok, turn_n, trimmed, output="Done.")
     assert r.cause == "reasoning_dropped"
+
+
+def test_output_rerendered_is_named_when_the_preprocessor_says_the_output_went_through_the_template(pre, tok):
+    """The model wrote no newlines around its reasoning; the template re-renders them. Told the previous output
+    was re-rendered (no kept turn placed), the doctor names `output_rerendered`, else only `history_changed`."""
+    output = '<think>I should read the file first.</think><tool_call>\n{"name":"read_file","arguments":{"path":"a.py"}}\n</tool_call>'
+    prompt = pre.render(_conv("You are a coding agent.", [USER])).token_ids
+    out_ids = tok.encode(output, add_special_tokens=False) + [tok.eos_token_id]
+    following = pre.render(_history([REASON, CALL])).token_ids
+    tracker = SessionTracker(tok.decode, frozenset(tok.all_special_ids))
+    tracker.record("s", prompt, out_ids)
+    assert tracker.check("s", following).cause == "history_changed"
+
+    async def served(rerendered: bool):
+        doctor = PrefixDoctor(releasing_decode(tok), frozenset(tok.all_special_ids))
+        try:
+            doctor.record("s", prompt, out_ids)
+            return await doctor.check("s", following, rerendered)
+        finally:
+            doctor.close()
+
+    report = asyncio.run(served(True))
+    assert report.cause == "output_rerendered" and len(prompt) < report.reused_tokens < len(prompt) + len(out_ids)
+    assert asyncio.run(served(False)).cause == "history_changed"
