@@ -18,6 +18,8 @@ from agentserve.apis.codex_models import models_body
 from agentserve.config import ModelSpec, ServeArgs
 
 CATALOG_FILE = "agentserve_models.json"
+SESSION_TIMEOUT_HEADER = "x-request-timeout-seconds"  # Ray Serve's per-request override of request_timeout_s
+SESSION_TIMEOUT_S = 86_400
 
 
 def models_from_serve_config(path: Path | None) -> list[ModelSpec]:
@@ -60,6 +62,9 @@ def config_toml(
             "# Responses over one WebSocket per session: turns send only new items, and the session's prompt",
             "# is pre-warmed (`generate: false`) into the prefix cache before the first turn.",
             "supports_websockets = true",
+            "# A session's socket lives as long as the session: Ray Serve ends any connection at its",
+            "# request_timeout_s unless the request names its own timeout (Codex sends these on the upgrade too).",
+            f"http_headers = {{ {_toml_str(SESSION_TIMEOUT_HEADER)} = {_toml_str(str(SESSION_TIMEOUT_S))} }}",
             "request_max_retries = 4",
             "stream_max_retries = 5",
             "stream_idle_timeout_ms = 300000",

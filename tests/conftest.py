@@ -46,7 +46,9 @@ _graph_running: list[str] = []
 
 
 @contextmanager
-def running_graph(args: dict[str, Any], *, name: str = "agentserve") -> Iterator[str]:
+def running_graph(
+    args: dict[str, Any], *, name: str = "agentserve", http_options: dict[str, Any] | None = None
+) -> Iterator[str]:
     """Start Ray, deploy build_app(args) through Serve, yield the base URL, tear everything down.
 
     One graph at a time per test process: use module-scoped fixtures, so a module's graph is gone
@@ -76,7 +78,7 @@ def running_graph(args: dict[str, Any], *, name: str = "agentserve") -> Iterator
         runtime_env={"env_vars": ray_env.SERVE_ENV},
     )
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.start(http_options={"host": "127.0.0.1", "port": port, **(http_options or {})})
         serve.run(build_app(args), name=name, route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:

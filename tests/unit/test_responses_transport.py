@@ -142,3 +142,5 @@ def test_codex_config_enables_the_websocket_transport():
     config = tomllib.loads(codex_config.config_toml([ModelSpec()], base_url="http://h:1/v1", catalog_path="/c.json"))
     provider = config["model_providers"]["agentserve"]
     assert provider["supports_websockets"] is True and provider["wire_api"] == "responses"
+    # Ray Serve would end the session's socket at request_timeout_s (600 s in serve_config.yaml) without this.
+    assert provider["http_headers"] == {"x-request-timeout-seconds": "86400"}
