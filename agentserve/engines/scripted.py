@@ -16,7 +16,7 @@ from agentserve.config import EngineSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats
 from agentserve.engines.scripted_cache import PrefixCache
 from agentserve.kv_events.publisher import KvEventPublisher
-from agentserve.protocol import EngineDelta, PreprocessedRequest
+from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
 
 
 def load_rules(spec: EngineSpec) -> tuple[ScriptRule, ...]:
@@ -42,11 +42,25 @@ def _accepts(grammar: Any, ids: list[int], eos: int | None) -> bool:
     import xgrammar as xgr
 
     matcher = xgr.GrammarMatcher(grammar)
-    if not all(matcher.accept_token(t) for t in ids):
+    mask = xgr.allocate_token_bitmask(1, grammar.tokenizer_info.vocab_size)
+    # Through the token mask, as a decoding engine applies it (token budgets in the grammar live only there).
+    def allowed(t: int) -> bool:
+        matcher.fill_next_token_bitmask(mask)
+        return bool(int(mask[0, t // 32]) & (1 << (t % 32)))
+
+    if not all(allowed(t) and matcher.accept_token(t) for t in ids):
         return False
     if eos is not None and not matcher.is_terminated():
-        matcher.accept_token(eos)
+        return allowed(eos) and matcher.accept_token(eos) and matcher.is_terminated()
     return matcher.is_terminated()
+
+
+def _certain(tok: int, top: int | None) -> tuple[TokenLogprob, ...] | None:
+    """A scripted token is certain (logprob 0); its `top` - 1 alternatives are the next ids, each far less likely."""
+    if top is None:
+        return None
+    alternatives = tuple((tok + j, -20.0 - j) for j in range(1, top))
+    return (TokenLogprob(token_id=tok, logprob=0.0, top=((tok, 0.0), *alternatives) if top else ()),)
 
 
 def _find(ids: list[int], seq: list[int], start: int) -> int:
@@ -224,6 +238,7 @@ class ScriptedEngine:
                     reason = "stop" if i == len(ids) - 1 else "length"
                 yield EngineDelta(
                     token_ids=[tok],
+                    logprobs=_certain(tok, request.sampling.logprobs),
                     finish_reason=reason,
                     num_cached_tokens=cached if first else None,
                     prompt_tokens=request.prompt_tokens if first else None,

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 
 from agentserve.config import EngineSpec
 from agentserve.engines.base import EngineStats
-from agentserve.protocol import EngineDelta, PreprocessedRequest
+from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,17 @@ def _ray_stat_loggers() -> list[Any] | None:
     except ImportError:
         return None
     return [RayPrometheusStatLogger]
+
+
+def _logprobs(token_ids: Any, per_token: Any) -> tuple[TokenLogprob, ...]:
+    """vLLM's per-token {token id: Logprob(logprob, rank)} maps -> TokenLogprob, alternatives by rank."""
+    out = []
+    for tid, entry in zip(token_ids, per_token or ()):
+        ranked = sorted(entry.items(), key=lambda kv: kv[1].rank if kv[1].rank is not None else 0)
+        top = tuple((int(k), float(v.logprob)) for k, v in ranked)
+        chosen = entry.get(tid)
+        out.append(TokenLogprob(token_id=int(tid), logprob=float(chosen.logprob) if chosen else 0.0, top=top))
+    return tuple(out)
 
 
 class VllmEngine:
@@ -173,6 +184,7 @@ class VllmEngine:
         self._started += 1
         finished = False
         first = True
+        want_logprobs = request.sampling.logprobs is not None
         try:
             stream = self._llm.generate(
                 TokensPrompt(prompt_token_ids=request.token_ids),
@@ -188,6 +200,7 @@ class VllmEngine:
                     reason = _FINISH.get(completion.finish_reason or "stop", "stop")
                 yield EngineDelta(
                     token_ids=list(completion.token_ids),
+                    logprobs=_logprobs(completion.token_ids, completion.logprobs) if want_logprobs else None,
                     finish_reason=reason,
                     num_cached_tokens=(out.num_cached_tokens or 0) if first else None,
                     prompt_tokens=request.prompt_tokens if first else None,

@@ -47,12 +47,14 @@ class ReasoningMarkers:
     mode: Reasoning
     open: str = "<think>"
     close: str = "</think>"
+    max_tokens: int | None = None  # the thinking budget: past it the grammar allows only the end marker
 
 
 def _reasoning(m: ReasoningMarkers) -> list[Tag]:
     if m.mode == "off":
         return []
-    block = {"type": "tag", "begin": "" if m.mode == "open" else m.open, "content": {"type": "any_text"}, "end": m.close}
+    text: Tag = {"type": "any_text"} if m.max_tokens is None else {"type": "any_text", "max_tokens": m.max_tokens}
+    block = {"type": "tag", "begin": "" if m.mode == "open" else m.open, "content": text, "end": m.close}
     return [block if m.mode == "open" else {"type": "optional", "content": block}, _GAP]
 
 
@@ -100,7 +102,7 @@ def structural_tag(
         body = _calls(fmt, named, schema_of=lambda t: t.parameters, only_one=True)
     elif tools and choice == "required":
         fmt = _call_format(tool_call_parser, "tool_choice requiring a call", tool_choice_param)
-        body = _calls(fmt, tools, schema_of=lambda t: t.parameters)
+        body = _calls(fmt, tools, schema_of=lambda t: t.parameters, only_one=not conversation.parallel_tool_calls)
     elif tools and choice == "none":
         fmt = CALL_FORMATS.get(tool_call_parser or "")
         if output_format is not None:
@@ -111,7 +113,7 @@ def structural_tag(
         fmt = _call_format(tool_call_parser, "strict tools" if strict else "an output format with tools", "tools")
         schema_of = lambda t: t.parameters if t.strict else _ANY_OBJECT  # noqa: E731
         if output_format is not None:
-            calls = _calls(fmt, tools, schema_of=schema_of)
+            calls = _calls(fmt, tools, schema_of=schema_of, only_one=not conversation.parallel_tool_calls)
             body = {"type": "or", "elements": [calls, _output(output_format)]}
         else:
             tags = [fmt.tag(t.name, schema_of(t)) for t in tools]

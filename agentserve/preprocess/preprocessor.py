@@ -247,11 +247,21 @@ class Preprocessor:
 
     def _structural_tag(self, request: GenerationRequest, reasoning_started: bool) -> str | None:
         """The grammar for tool choice / strict tools / output format, reasoning left free (preprocess/constrain.py)."""
+        asked = request.thinking is True or request.reasoning_effort not in (None, "none")
         if request.thinking is False or request.reasoning_effort == "none" or self._model.reasoning_parser is None:
             mode = "off"
+        elif reasoning_started:
+            mode = "open"
         else:
-            mode = "open" if reasoning_started else "optional"
-        markers = ReasoningMarkers(mode, self._policy.think_open.strip(), self._policy.think_close.strip())
+            # The model may open a reasoning block first if it reasons on its own (its template switches thinking)
+            # or the client asked for reasoning; otherwise the constrained answer starts at once.
+            mode = "optional" if self._switch is not None or asked else "off"
+        budget = request.sampling.thinking_budget
+        if budget is None and request.reasoning_effort is not None:
+            budget = self._model.reasoning_budgets.get(request.reasoning_effort)
+        markers = ReasoningMarkers(
+            mode, self._policy.think_open.strip(), self._policy.think_close.strip(), max_tokens=budget
+        )
         tag = structural_tag(
             request.conversation, request.output_format, tool_call_parser=self._model.tool_call_parser, reasoning=markers
         )

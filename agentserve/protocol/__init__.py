@@ -22,6 +22,7 @@ from agentserve.protocol.requests import (
     RouteDecision,
     RouteRequest,
     SamplingParams,
+    TokenLogprob,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "RouteRequest",
     "SamplingParams",
     "TextBlock",
+    "TokenLogprob",
     "ToolCallBlock",
     "ToolResultBlock",
     "ToolSpec",

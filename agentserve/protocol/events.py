@@ -20,6 +20,8 @@ from agentserve.protocol.requests import FinishReason
 
 __all__ = [
     "Finish",
+    "Logprobs",
+    "TokenChoice",
     "ReasoningDelta",
     "TextDelta",
     "ToolCallArgsDelta",
@@ -45,3 +47,17 @@ class Finish:
     reason: FinishReason
     error: str | None = None
     stop_sequence: str | None = None  # the client's stop string that ended the turn, if one did
+
+
+@dataclass(frozen=True, slots=True)
+class TokenChoice:
+    token: str  # the token's text
+    logprob: float
+    bytes: tuple[int, ...]  # its UTF-8 bytes (a token may hold part of a character)
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    """Log probabilities of generated tokens, in order: (chosen token, its top alternatives) per token."""
+
+    tokens: tuple[tuple[TokenChoice, tuple[TokenChoice, ...]], ...]

@@ -154,6 +154,16 @@ class RouteDecision(BaseModel):
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
+class TokenLogprob(BaseModel):
+    """One generated token's log probability and its most likely alternatives (token id, logprob), best first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 class EngineDelta(BaseModel):
     """New tokens from the engine; one or more coalesced engine steps."""
 
@@ -164,3 +174,4 @@ class EngineDelta(BaseModel):
     num_cached_tokens: int | None = None  # set on the first delta
     prompt_tokens: int | None = None  # set on the first delta
     error: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token id, when the request asked for them

@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 from agentserve import metrics
 from agentserve.config import ModelSpec, ServeArgs
 from agentserve.doctor import PrefixDoctor, PrefixReport
+from agentserve.logprobs import logprobs_event
 from agentserve.postprocess import Postprocessor
 from agentserve.protocol import EngineDelta, GenerationRequest, PreprocessedRequest, RouteDecision
 from agentserve.preprocess.turn_digest import key_after
@@ -273,6 +274,9 @@ class RequestLifecycle:
             metrics.ITL.labels(self.model.id).observe((now - self._last_at) / len(delta.token_ids))
         self._last_at = now
         events = self.post.feed(delta)
+        if delta.logprobs:  # before the text they belong to, so an encoder can attach them to it
+            top = self.pre.sampling.logprobs or 0 if self.pre is not None else 0
+            events = [logprobs_event(self._path.tokenizer, delta.logprobs, top), *events]
         if events:
             self._observer.events(events)
             if self._collector is not None:

@@ -62,6 +62,13 @@ def test_required_named_none(grammar):
     assert grammar(none, "Sure.") and not grammar(none, "Sure." + call)
 
 
+def test_a_thinking_budget_caps_reasoning_inside_the_grammar(grammar):
+    capped = _tag("required", reasoning=ReasoningMarkers("optional", max_tokens=3))
+    call = _call("get_weather", {"city": "Paris"})
+    assert grammar(capped, "<think>a b</think>" + call)
+    assert not grammar(capped, "<think>" + "word " * 20 + "</think>" + call)
+
+
 def test_reasoning_stays_free_before_the_constraint(grammar):
     call = _call("get_weather", {"city": "Paris"})
     assert grammar(_tag("required"), "<think>maybe <tool_call> later</think>\n\n" + call)

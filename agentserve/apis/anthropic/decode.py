@@ -246,7 +246,12 @@ def conversation(req: CountTokensRequest, signer: ThinkingSigner | None) -> Conv
     if not builder.turns:
         raise _bad("messages: at least one message with content is required", "messages")
     tools = _tools(req)
-    return Conversation(turns=tuple(builder.turns), tools=tools, tool_choice=_tool_choice(req, tools))
+    return Conversation(
+        turns=tuple(builder.turns),
+        tools=tools,
+        tool_choice=_tool_choice(req, tools),
+        parallel_tool_calls=parallel_tool_use(req),
+    )
 
 
 def thinking_switch(req: CountTokensRequest) -> bool | None:

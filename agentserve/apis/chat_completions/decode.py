@@ -76,8 +76,6 @@ def _turn(msg: Message, index: int) -> Turn:
 
 # Fields that would change the output and are not applied here (see apis/unapplied.py).
 UNAPPLIED: Unapplied = {
-    "logprobs": lambda v: v is True,
-    "top_logprobs": lambda v: v > 0,
     "audio": None,
     "modalities": lambda v: list(v) != ["text"],
     "prediction": None,
@@ -137,6 +135,14 @@ def _output_format(raw: dict | None) -> OutputFormat | None:
     return OutputFormat(kind="json_schema", schema_=spec.get("schema") or {}, param="response_format")
 
 
+def _logprobs(req: ChatCompletionRequest) -> int | None:
+    if not req.logprobs:
+        if req.top_logprobs:
+            raise RequestError("invalid_request", "top_logprobs needs logprobs: true", param="top_logprobs")
+        return None
+    return req.top_logprobs or 0
+
+
 def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> GenerationRequest:
     if req.n != 1:
         raise RequestError(
@@ -179,6 +185,7 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
         stop=stop,
         ignore_eos=req.ignore_eos,
         logit_bias=_logit_bias(req.logit_bias),
+        logprobs=_logprobs(req),
     )
     return GenerationRequest(
         request_id=request_id,
@@ -187,6 +194,7 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
             turns=tuple(_turn(m, i) for i, m in enumerate(req.messages)),
             tools=tools,
             tool_choice=choice,
+            parallel_tool_calls=req.parallel_tool_calls is not False,
         ),
         sampling=sampling,
         hints=AgentHints(session_id=req.user),

@@ -7,8 +7,11 @@ from typing import Any, AsyncIterator, Iterable
 
 import orjson
 
+from agentserve.logprobs import openai_logprobs
+
 from agentserve.protocol.events import (
     Finish,
+    Logprobs,
     ReasoningDelta,
     TextDelta,
     ToolCallArgsDelta,
@@ -58,6 +61,8 @@ class ChatEncoder:
         self._calls: dict[int, dict[str, Any]] = {}
         self._text: list[str] = []
         self._reasoning: list[str] = []
+        self._logprobs: list[dict[str, Any]] | None = None  # every token's, once the engine sent any
+        self._pending_logprobs: list[dict[str, Any]] = []  # streamed: not yet attached to a chunk
         self.usage: Usage | None = None
         self.finish: Finish | None = None
 
@@ -76,6 +81,10 @@ class ChatEncoder:
             self.usage = ev
         elif isinstance(ev, Finish):
             self.finish = ev
+        elif isinstance(ev, Logprobs):
+            entries = openai_logprobs(ev)
+            self._logprobs = (self._logprobs or []) + entries
+            self._pending_logprobs.extend(entries)
         elif isinstance(ev, (ToolCallError, ToolCallTruncated)):
             # A call the parser could not complete is not a call: the model's text goes back as content
             # (Chat Completions has no way to retract a started call), so nothing it wrote is lost.
@@ -99,6 +108,9 @@ class ChatEncoder:
 
     # -- streaming ----------------------------------------------------------
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        logprobs = None
+        if self._pending_logprobs:  # the tokens decoded so far, sent with the next chunk
+            logprobs, self._pending_logprobs = {"content": self._pending_logprobs, "refusal": None}, []
         return sse(
             {
                 "id": self.id,
@@ -106,7 +118,7 @@ class ChatEncoder:
                 "created": self.created,
                 "model": self.model,
                 "choices": [
-                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                    {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
                 ],
             }
         )
@@ -195,7 +207,12 @@ class ChatEncoder:
             "created": self.created,
             "model": self.model,
             "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason()}
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None if self._logprobs is None else {"content": self._logprobs, "refusal": None},
+                    "finish_reason": self.finish_reason(),
+                }
             ],
             "usage": usage_body(self.usage),
         }

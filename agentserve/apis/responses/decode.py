@@ -270,8 +270,6 @@ class _Decoder:
 
 # Fields that would change the output and are not applied here (see apis/unapplied.py).
 UNAPPLIED: Unapplied = {
-    "top_logprobs": lambda v: v > 0,
-    "include": lambda v: "message.output_text.logprobs" in v,
     "max_tool_calls": None,
     "prompt": None,
     "conversation": None,
@@ -332,11 +330,17 @@ def decode(
         max_tokens=req.max_output_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
+        logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in (req.include or ()) else None,
     )
     gen = GenerationRequest(
         request_id=request_id,
         model=model,
-        conversation=Conversation(turns=tuple(turns), tools=specs, tool_choice=_tool_choice(req.tool_choice, kinds)),
+        conversation=Conversation(
+            turns=tuple(turns),
+            tools=specs,
+            tool_choice=_tool_choice(req.tool_choice, kinds),
+            parallel_tool_calls=req.parallel_tool_calls is not False,
+        ),
         sampling=sampling,
         hints=AgentHints(session_id=session_id or req.prompt_cache_key or req.user),
         output_format=_output_format(req.text),

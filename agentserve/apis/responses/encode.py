@@ -17,9 +17,11 @@ import orjson
 from agentserve.apis.responses.decode import LOCAL_SHELL, ToolKind, custom_tool_input
 from agentserve.apis.responses.schema import ResponsesRequest
 from agentserve.apis.responses.sealing import SealedReasoning, Sealer
+from agentserve.logprobs import openai_logprobs
 from agentserve.protocol.events import (
     Finish,
     ReasoningDelta,
+    Logprobs,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallEnd,
@@ -78,6 +80,8 @@ class ResponsesEncoder:
         self._open: _Item | None = None
         self._ws = ""  # whitespace-only text not yet attached to a message
         self._reasoning: list[str] = []
+        self._pending_logprobs: list[dict[str, Any]] = []  # tokens not yet attached to an output_text delta
+        self._text_logprobs: list[dict[str, Any]] = []  # the open message's, for its output_text.done
         self.status = "in_progress"
         self.error: dict[str, Any] | None = None
         self.incomplete: dict[str, Any] | None = None
@@ -162,6 +166,8 @@ class ResponsesEncoder:
     def encode(self, events: Iterable[Any]) -> list[bytes]:
         out: list[bytes] = []
         for ev in events:
+            if not isinstance(ev, (Logprobs, TextDelta)):
+                self._pending_logprobs.clear()  # those tokens were reasoning or a call, not output text
             if isinstance(ev, ReasoningDelta):
                 self._reasoning.append(ev.text)
                 if self._open is None or self._open.kind != "reasoning":
@@ -170,6 +176,8 @@ class ResponsesEncoder:
                 out.append(self._reasoning_delta(ev.text))
             elif isinstance(ev, TextDelta):
                 out += self._text(ev.text)
+            elif isinstance(ev, Logprobs):
+                self._pending_logprobs.extend(openai_logprobs(ev))
             elif isinstance(ev, ToolCallStart):
                 out += self._close()
                 out += self._open_call(ev)
@@ -256,6 +264,8 @@ class ResponsesEncoder:
         item = self._open
         assert item is not None
         item.text.append(text)
+        logprobs, self._pending_logprobs = self._pending_logprobs, []
+        self._text_logprobs.extend(logprobs)
         out.append(
             self._ev(
                 "response.output_text.delta",
@@ -263,7 +273,7 @@ class ResponsesEncoder:
                 output_index=item.index,
                 content_index=0,
                 delta=text,
-                logprobs=[],
+                logprobs=logprobs,
             )
         )
         return out
@@ -369,8 +379,9 @@ class ResponsesEncoder:
             )
             return out + self._done(item, body)
         if item.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            out.append(self._ev("response.output_text.done", **where, content_index=0, text=text, logprobs=[]))
+            logprobs, self._text_logprobs = self._text_logprobs, []
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+            out.append(self._ev("response.output_text.done", **where, content_index=0, text=text, logprobs=logprobs))
             out.append(self._ev("response.content_part.done", **where, content_index=0, part=part))
             return out + self._done(item, dict(item.body, status="completed", content=[part]))
         body = dict(item.body, status=status)

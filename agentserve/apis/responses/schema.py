@@ -251,7 +251,7 @@ class ResponsesRequest(_Open):
     service_tier: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     user: str | None = None
     safety_identifier: str | None = None
     background: bool | None = None

@@ -80,6 +80,7 @@ def merge(deltas: list[EngineDelta]) -> EngineDelta:
         num_cached_tokens=first.num_cached_tokens,
         prompt_tokens=first.prompt_tokens,
         error=last.error,
+        logprobs=tuple(lp for d in deltas for lp in d.logprobs or ()) if first.logprobs is not None else None,
     )
 
 

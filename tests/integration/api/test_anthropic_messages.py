@@ -92,7 +92,9 @@ def test_f1_streaming_text_grammar_usage_and_headers(graph_url, client):
 
 def test_f2_f3_tools_with_thinking_signatures_and_dispatch(graph_url, client):
     body = {
-        "model": MODEL, "max_tokens": 512, "stream": True, "tools": [WEATHER], "tool_choice": {"type": "any"},
+        "model": MODEL, "max_tokens": 2048, "stream": True, "tools": [WEATHER], "tool_choice": {"type": "any"},
+        # tool_choice any is enforced while decoding; reasoning before the calls stays free when thinking is on
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
         "messages": [{"role": "user", "content": "AS_WEATHER in Paris and Zürich?"}],
     }
     _, frames = raw_stream(graph_url, body)

@@ -47,12 +47,22 @@ def test_chat_auto_lets_the_model_answer_in_text(oai):
 
 
 def test_chat_required_gets_a_call_and_keeps_reasoning(oai):
-    resp = oai.chat.completions.create(model=MODEL, messages=ASK, tools=CHAT_TOOLS, tool_choice="required")
+    resp = oai.chat.completions.create(model=MODEL, messages=ASK, tools=CHAT_TOOLS, tool_choice="required",
+                                       reasoning_effort="high")
     msg = resp.choices[0].message
     assert resp.choices[0].finish_reason == "tool_calls"
     assert [c.function.name for c in msg.tool_calls] == ["get_weather"]
     assert json.loads(msg.tool_calls[0].function.arguments) == {"city": "Paris"}
     assert msg.model_extra["reasoning_content"] == "Use the tool."
+
+
+def test_chat_required_without_reasoning_asked_starts_the_call_at_once(oai):
+    # The embedded template has no thinking switch: unless the client asks for reasoning, the grammar allows none
+    # (so a model that does not reason on its own cannot wander into an unclosed block), and the first scripted
+    # reply with a bare call is the one a constrained model could produce.
+    resp = oai.chat.completions.create(model=MODEL, messages=ASK, tools=CHAT_TOOLS, tool_choice="required")
+    assert [c.function.name for c in resp.choices[0].message.tool_calls] == ["get_time"]
+    assert not resp.choices[0].message.model_extra.get("reasoning_content")
 
 
 def test_chat_named_tool_streamed(oai):
@@ -89,7 +99,7 @@ def test_chat_strict_tool_arguments_follow_the_schema(oai):
 
 def test_chat_json_schema_response_format(oai):
     resp = oai.chat.completions.create(
-        model=MODEL, messages=ASK,
+        model=MODEL, messages=ASK, reasoning_effort="low",
         response_format={"type": "json_schema", "json_schema": {"name": "forecast", "schema": FORECAST_SCHEMA}},
     )
     assert json.loads(resp.choices[0].message.content) == FORECAST
@@ -97,7 +107,8 @@ def test_chat_json_schema_response_format(oai):
 
 
 def test_chat_json_object_response_format(oai):
-    resp = oai.chat.completions.create(model=MODEL, messages=ASK, response_format={"type": "json_object"})
+    resp = oai.chat.completions.create(model=MODEL, messages=ASK, response_format={"type": "json_object"},
+                                       reasoning_effort="low")
     assert json.loads(resp.choices[0].message.content) == FORECAST
 
 
@@ -119,8 +130,10 @@ def test_chat_schema_the_grammar_cannot_compile_is_400(graph_url, extra, param):
 
 # -- Anthropic Messages -----------------------------------------------------------------------------------------
 def test_anthropic_tool_choice_any(ant):
-    msg = ant.messages.create(model=MODEL, max_tokens=200, messages=ASK, tools=ANT_TOOLS, tool_choice={"type": "any"})
+    msg = ant.messages.create(model=MODEL, max_tokens=2000, messages=ASK, tools=ANT_TOOLS, tool_choice={"type": "any"},
+                              thinking={"type": "enabled", "budget_tokens": 1024})
     assert msg.stop_reason == "tool_use"
+    assert [b.thinking for b in msg.content if b.type == "thinking"] == ["Use the tool."]
     assert [(b.name, b.input) for b in msg.content if b.type == "tool_use"] == [("get_weather", {"city": "Paris"})]
 
 
@@ -146,7 +159,7 @@ def test_anthropic_strict_tool(ant):
 @pytest.mark.parametrize("field", ["output_format", "output_config"])
 def test_anthropic_json_output(graph_url, field):
     fmt = {"type": "json_schema", "schema": FORECAST_SCHEMA}
-    body = {"model": MODEL, "max_tokens": 200, "messages": ASK,
+    body = {"model": MODEL, "max_tokens": 2000, "messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 1024},
             field: fmt if field == "output_format" else {"format": fmt}}
     r = httpx.post(f"{graph_url}/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 200, r.text
@@ -168,7 +181,8 @@ def _calls(resp) -> list[tuple[str, dict]]:
 
 
 def test_responses_required_and_named(oai):
-    resp = oai.responses.create(model=MODEL, input=ASK[0]["content"], tools=RESP_TOOLS, tool_choice="required")
+    resp = oai.responses.create(model=MODEL, input=ASK[0]["content"], tools=RESP_TOOLS, tool_choice="required",
+                                reasoning={"effort": "medium"})
     assert _calls(resp) == [("get_weather", {"city": "Paris"})]
     named = oai.responses.create(model=MODEL, input=ASK[0]["content"], tools=RESP_TOOLS,
                                  tool_choice={"type": "function", "name": "get_time"})
@@ -184,7 +198,7 @@ def test_responses_none_and_strict(oai):
 
 def test_responses_text_format_json_schema_streamed(oai):
     fmt = {"format": {"type": "json_schema", "name": "forecast", "schema": FORECAST_SCHEMA, "strict": True}}
-    with oai.responses.stream(model=MODEL, input=ASK[0]["content"], text=fmt) as stream:
+    with oai.responses.stream(model=MODEL, input=ASK[0]["content"], text=fmt, reasoning={"effort": "low"}) as stream:
         final = stream.get_final_response()
     assert json.loads(final.output_text) == FORECAST
 

@@ -140,3 +140,40 @@ def test_fields_that_cannot_change_the_output_are_accepted(graph_url):
            "metadata": {"user_id": "u"}, "service_tier": "auto", "context_management": {"edits": []}}
     r = httpx.post(f"{graph_url}/v1/messages", json=ant, headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 200, r.text
+
+
+# -- logprobs ---------------------------------------------------------------------------------------------------
+def test_chat_logprobs_per_token_with_alternatives(oai, tokenizer):
+    resp = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], logprobs=True,
+                                       top_logprobs=3)
+    content = resp.choices[0].logprobs.content
+    reply = "Hello! How can I help?"
+    assert "".join(t.token for t in content).startswith(reply)
+    assert len(content) == resp.usage.completion_tokens  # one entry per generated token
+    assert all(len(t.top_logprobs) == 3 and t.top_logprobs[0].token == t.token for t in content)
+    assert bytes(content[0].bytes).decode() == content[0].token
+
+
+def test_chat_logprobs_streamed_arrive_with_the_text(oai):
+    stream = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], logprobs=True,
+                                         stream=True)
+    tokens = [t.token for c in stream if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert "".join(tokens).startswith("Hello! How can I help?")
+    plain = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert plain.choices[0].logprobs is None
+
+
+def test_responses_output_text_logprobs(oai):
+    resp = oai.responses.create(model=MODEL, input="hi", include=["message.output_text.logprobs"], top_logprobs=2)
+    part = resp.output[-1].content[0]
+    assert "".join(t.token for t in part.logprobs) == resp.output_text == "Hello! How can I help?"
+    assert all(len(t.top_logprobs) == 2 for t in part.logprobs)
+    with oai.responses.stream(model=MODEL, input="hi", include=["message.output_text.logprobs"]) as stream:
+        deltas = [e for e in stream if e.type == "response.output_text.delta"]
+    assert "".join(t.token for e in deltas for t in e.logprobs) == "Hello! How can I help?"
+
+
+def test_top_logprobs_without_logprobs_is_400(graph_url):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}
+    r = httpx.post(f"{graph_url}/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"
