@@ -68,15 +68,13 @@ def _preamble_stripped(url: str) -> float:
     return total
 
 
-def test_claude_code_runs_a_tool_and_finishes(cc_graph, workdir, tmp_path):
-    claude = _claude_binary()
-    home = tmp_path / "home"
-    home.mkdir()
+def claude_env(base_url: str, home: Path) -> dict[str, str]:
+    """Claude Code pointed at `base_url`, offline, with its state under `home`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE"))}
     env.update({
         "HOME": str(home),
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "ANTHROPIC_BASE_URL": cc_graph,
+        "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_AUTH_TOKEN": "agentserve-test",
         "ANTHROPIC_MODEL": MODEL,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
@@ -90,6 +88,14 @@ def test_claude_code_runs_a_tool_and_finishes(cc_graph, workdir, tmp_path):
         "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
         "API_TIMEOUT_MS": "120000",
     })
+    return env
+
+
+def test_claude_code_runs_a_tool_and_finishes(cc_graph, workdir, tmp_path):
+    claude = _claude_binary()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = claude_env(cc_graph, home)
     before = _preamble_stripped(cc_graph)
     proc = subprocess.run(
         [str(claude), "-p", "AS_E2E_START: read note.txt with the Read tool and tell me what it says.",
