@@ -170,6 +170,9 @@ class VllmEngine:
             thinking_token_budget=s.thinking_budget,
             # vLLM matches stop strings on its own detokenized text; without stops the ingress alone detokenizes.
             detokenize=bool(s.stop),
+            # That text serves stop matching only: with special tokens in it a stop never reaches across a marker,
+            # as in the ingress and the scripted engine (the ingress decides which special tokens a client sees).
+            skip_special_tokens=False,
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=(
                 StructuredOutputsParams(structural_tag=request.structural_tag) if request.structural_tag else None

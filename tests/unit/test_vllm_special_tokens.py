@@ -62,3 +62,19 @@ async def test_vllm_adapter_ids_parse_into_calls_without_marker_text(tokenizers,
     reasoning, text, calls, _ = outcome(events)
     assert (reasoning, text, calls) == (case.reasoning_text, case.text, case.calls)
     assert leaks(tok, events) == []
+
+
+async def test_vllm_matches_stop_strings_on_text_with_special_tokens(tokenizers) -> None:
+    """With stops vLLM decodes for itself; its text keeps special tokens, so a stop string never matches across a
+    marker there either (as in the ingress and the scripted engine), and still none of it reaches the client."""
+    case = next(c for c in CASES if c.name == "hermes")
+    tok = tokenizers[case.name]
+    ids = tok.encode(case.output, add_special_tokens=False)
+    engine = VllmEngine(EngineSpec(kv_events=False), Path("/unused"), context_window=4096)
+    engine._llm = llm = StreamingAsyncLLM(ids)
+    post = post_for(tok, case, stop=("zzz",))
+    events: list[Any] = []
+    async for delta in engine.generate(request(stop=("zzz",))):
+        events += post.feed(delta)
+    assert llm.params.detokenize is True and llm.params.skip_special_tokens is False
+    assert outcome(events)[2] == case.calls and leaks(tok, events) == []
