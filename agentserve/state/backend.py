@@ -51,8 +51,8 @@ class StateBackend(Protocol):
 
     # -- kept turns: a finished turn's generated token ids under its content key (preprocess/turn_digest.py) ---
     def put_kept_turns(self, rows: Sequence[tuple[str, bytes]], now: float, bounds: StoreBounds) -> int:
-        """Store (or replace) a batch in one transaction, then evict expired and least recently used entries
-        past the bounds; rows larger than max_bytes are skipped. Returns the rows stored."""
+        """Store (or replace) a batch in one transaction, then evict expired entries and, past a bound, least
+        recently used ones down to 90% of the bounds; rows larger than max_bytes are skipped. Returns rows stored."""
         ...
 
     def get_kept_turns(self, keys: Sequence[str], now: float) -> dict[str, bytes]:

@@ -119,11 +119,12 @@ class SqlBackend(ABC):
             tx.execute(f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
             count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {KEPT}").fetchone()
             if count > bounds.max_entries or total > bounds.max_bytes:
+                # Down to 90% of the bounds: a full store evicts once per tenth of its size, not on every batch.
                 tx.execute(
                     f"DELETE FROM {KEPT} WHERE key IN (SELECT key FROM (SELECT key,"
                     " COUNT(*) OVER (ORDER BY used DESC) AS n, SUM(size) OVER (ORDER BY used DESC) AS b"
                     f" FROM {KEPT}) AS ranked WHERE n > ? OR b > ?)",
-                    (bounds.max_entries, bounds.max_bytes),
+                    (max(1, bounds.max_entries * 9 // 10), max(1, bounds.max_bytes * 9 // 10)),
                 )
         return len(rows)
 

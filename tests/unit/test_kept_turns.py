@@ -42,13 +42,15 @@ def test_put_then_get_returns_the_exact_tokens_and_prompt_digest():
 
 
 def test_least_recently_used_go_first_past_the_entry_bound_and_touch_keeps_a_turn():
+    """Past a bound the store evicts down to 90% of it, least recently used first."""
     clock = Clock()
-    store = make(entries=3, clock=clock)
-    for i in range(3):
+    store = make(entries=10, clock=clock)
+    for i in range(10):
         assert store.put(f"k{i}", [i], [i, 2]).result(timeout=5)
     store.touch(["k0"])  # an active session's oldest turn
-    assert store.put("k3", [3], [3, 2]).result(timeout=5)  # the touch was queued first: it is applied first
-    assert set(store.get_many(["k0", "k1", "k2", "k3"])) == {"k0", "k2", "k3"}
+    assert store.put("k10", [10], [10, 2]).result(timeout=5)  # the touch was queued first: it is applied first
+    keys = [f"k{i}" for i in range(11)]
+    assert set(store.get_many(keys)) == set(keys) - {"k1", "k2"}
     store.close()
 
 

@@ -266,15 +266,16 @@ def test_kept_turns_survive_a_reopen_and_keep_the_most_recently_used(opener):
     """Token-exact replay's kept turns (state/kept_turns.py): batched put, LRU past the bounds, touch, reopen."""
     from agentserve.state.kept_turns import KeptTurnStore
 
-    bounds = StoreBounds(max_entries=3, max_bytes=1 << 20, ttl_s=60.0)
+    bounds = StoreBounds(max_entries=10, max_bytes=1 << 20, ttl_s=60.0)
     store = KeptTurnStore(opener(), bounds)
-    for i in range(3):
+    for i in range(10):
         assert store.put(f"k{i}", [i], [i, 9]).result(timeout=10)
     store.touch(["k0"])
-    assert store.put("k3", [3], [3, 9]).result(timeout=10)
+    assert store.put("k10", [10], [10, 9]).result(timeout=10)  # past the bound: down to 9, oldest first
     store.close()
     again = KeptTurnStore(opener(), bounds)
-    got = again.get_many(["k0", "k1", "k2", "k3"])
-    assert set(got) == {"k0", "k2", "k3"} and got["k3"].output_ids == (3, 9)
-    assert again.stats()[0] == 3
+    keys = [f"k{i}" for i in range(11)]
+    got = again.get_many(keys)
+    assert set(got) == set(keys) - {"k1", "k2"} and got["k10"].output_ids == (10, 9)
+    assert again.stats()[0] == 9
     again.close()
