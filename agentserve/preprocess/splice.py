@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from agentserve.state.kept_turns import KeptTurn, TokenHasher
 
-Outcome = str  # spliced | not_kept | template_changed | prompt_changed | end_of_turn | render_failed | disabled
+Outcome = str  # spliced | not_kept | template_changed | prompt_changed | end_of_turn | render_failed
 
 
 @dataclass(frozen=True, slots=True)
