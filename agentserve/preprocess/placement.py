@@ -7,6 +7,8 @@ Two things harnesses send that templates handle differently:
   rewrites every earlier turn). It stays in place only where the template renders it there without changing the
   rendering of the turns before it; otherwise it is merged into the message before it (or, after an assistant turn,
   into the next one), which is the same in every later turn of the session, so the prefix still holds.
+- tool results, which templates without a `tool` role drop or refuse ("roles must alternate"): there they go in
+  one user message, each result in `<tool_response>` tags.
 - text beside tool results in one user message (Claude Code's `<system-reminder>` next to `tool_result`). As a user
   message of its own, templates that keep only the reasoning after the last user query (Qwen3 style) take it for a
   new query and drop the reasoning of the current agent loop, so the next turn no longer extends the previous
@@ -21,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from agentserve.protocol import (
@@ -41,6 +43,7 @@ logger = logging.getLogger("ray.serve")
 class Placement:
     system_in_place: bool = True  # a system message after the first is rendered where it stands
     text_with_results: bool = False  # text beside tool results goes into the last result (not its own user message)
+    tool_role: bool = True  # tool results as `tool` messages; False: the template has no such role, a user message
 
 
 # (conversation, placement, add_generation_prompt) -> the template's text; may raise what the template raises
@@ -101,12 +104,27 @@ def _keeps_loop_reasoning(render: RenderText, placement: Placement) -> bool:
     return rendered is not None and all(s in rendered for s in (_REASONING, _RESULT, _BESIDE))
 
 
+def _tool_role_works(render: RenderText) -> bool:
+    """Tool results as `tool` messages reach the prompt (the template neither refuses nor drops them)."""
+    conv = Conversation(
+        turns=(
+            _text("system", _SYSTEM),
+            _text("user", "probe question"),
+            Turn(role="assistant", blocks=(ToolCallBlock(id="call_probe", name=_TOOL.name, arguments='{"q": "x"}'),)),
+            Turn(role="tool", blocks=(ToolResultBlock(tool_call_id="call_probe", content=_RESULT),)),
+        ),
+        tools=(_TOOL,),
+    )
+    rendered = _try(render, conv, Placement(), True)
+    return rendered is not None and _RESULT in rendered
+
+
 def probe_placement(render: RenderText) -> Placement:
-    system_in_place = _system_in_place_works(render)
-    as_message = Placement(system_in_place=system_in_place, text_with_results=False)
+    base = Placement(system_in_place=_system_in_place_works(render), tool_role=_tool_role_works(render))
+    as_message = replace(base, text_with_results=False)
     if _keeps_loop_reasoning(render, as_message):
         return as_message
-    in_result = Placement(system_in_place=system_in_place, text_with_results=True)
+    in_result = replace(base, text_with_results=True)
     return in_result if _keeps_loop_reasoning(render, in_result) else as_message
 
 

@@ -166,12 +166,16 @@ def plan_messages(
             spans[-1] = (spans[-1][0], len(messages))
             continue
         text_parts: list[str] = []
+        results: list[str] = []  # templates without a tool role: the results go in one user message
         for block in turn.blocks:
             if isinstance(block, ToolResultBlock):
                 content = block.content
                 if block.is_error and not content.lower().startswith("error"):
                     content = f"Error: {content}"  # the model must see that the call failed
-                messages.append({"role": "tool", "tool_call_id": block.tool_call_id, "content": content})
+                if placement.tool_role:
+                    messages.append({"role": "tool", "tool_call_id": block.tool_call_id, "content": content})
+                else:
+                    results.append(f"<tool_response>\n{content}\n</tool_response>")
             elif isinstance(block, TextBlock):
                 text_parts.append(block.text)
             elif isinstance(block, ImageBlock):
@@ -179,14 +183,17 @@ def plan_messages(
                     "invalid_request", "this model does not accept image input", param="messages"
                 )
         first = spans[-1][0]
+        if results:
+            messages.append({"role": "user", "content": "\n".join(results)})
         if pending and len(messages) > first:
             messages[first]["content"] = "\n\n".join([*pending, messages[first]["content"]])
             pending = []
         only_tool_results = turn.blocks and all(isinstance(b, ToolResultBlock) for b in turn.blocks)
         text = "".join(text_parts)
-        if placement.text_with_results and len(messages) > first and text:
+        if text and len(messages) > first and (placement.text_with_results or not placement.tool_role):
             # Beside tool results, not a new user query: as its own user message a template that keeps only the
-            # reasoning after the last query would drop the current loop's.
+            # reasoning after the last query would drop the current loop's (and one without a tool role would
+            # see two user messages in a row).
             messages[-1]["content"] = f"{messages[-1]['content']}\n\n{text}"
         elif not only_tool_results:
             role = "user" if turn.role == "tool" else turn.role

@@ -171,16 +171,33 @@ def test_probe_falls_back_where_the_template_drops_or_rejects_a_later_system_mes
     assert MID in text(pre, after_user) and MID in text(pre, after_assistant)
 
 
+def test_tool_results_reach_a_template_without_a_tool_role(preprocessor):
+    pre = preprocessor("deepseek_vl2", None, None)
+    assert pre._placement.tool_role is False
+    conv = claude_code(_loop(2), tools=READ_TOOL)
+    with pytest.raises(Exception, match="Conversation roles must alternate"):  # `tool` messages: refused
+        pre._probe_text(conv, Placement(system_in_place=False), True)
+    rendered = text(pre, conv)  # one user message per tool turn, the reminder in it
+    assert "def parse(s): ... (0)" in rendered and "def parse(s): ... (1)" in rendered
+    assert rendered.count("Todo list is empty.") == 2
+
+
 def test_a_template_that_still_raises_is_a_400_with_its_message(preprocessor):
     pre = preprocessor("deepseek_vl2", None, None)
-    conv = claude_code(_loop(1), tools=READ_TOOL)  # tool results: this template alternates user/assistant only
+    items = [  # a tool output, then the user's next message: two user turns in a row for this template
+        {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and now?"}]},
+    ]
     with pytest.raises(RequestError) as caught:
-        text(pre, conv)
+        text(pre, codex([{"type": "message", "role": "user", "content": "list files"}, *items]))
     err = caught.value
     assert err.status == 400 and "Conversation roles must alternate" in err.message
     resp = error_response("/v1/messages", err)  # Anthropic's envelope through the Messages API
     assert resp.status_code == 400
     assert b'"type":"invalid_request_error"' in resp.body and b"Conversation roles must alternate" in resp.body
+    resp = error_response("/v1/responses", err)  # OpenAI's through the Responses API
+    assert resp.status_code == 400 and b"Conversation roles must alternate" in resp.body
 
 
 def test_probe_is_decided_by_rendering_not_by_the_source():
@@ -201,7 +218,7 @@ def test_probe_is_decided_by_rendering_not_by_the_source():
             for i, m in enumerate(messages)
         )
 
-    assert probe_placement(render) == Placement(system_in_place=False, text_with_results=True)
+    assert probe_placement(render) == Placement(system_in_place=False, text_with_results=True, tool_role=True)
 
 
 # Request boundaries in a session: each request ends where the model's next assistant turn begins.
