@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from array import array
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -96,6 +97,8 @@ class KeptTurnStore:
         self._clock = clock
         self._queue: queue.Queue = queue.Queue(max_queue)
         self._max_batch = max_batch
+        self._touched: OrderedDict[str, float] = OrderedDict()  # key -> when this process last refreshed it
+        self._touch_lock = threading.Lock()
         self.dropped = 0  # puts refused because the queue was full (the database cannot keep up)
         self.failed = 0  # batches the database refused
         self._thread = threading.Thread(target=self._run, name="kept-turns", daemon=True)
@@ -109,10 +112,21 @@ class KeptTurnStore:
         return {k: KeptTurn.decode(b) for k, b in rows.items()}
 
     def touch(self, keys: Sequence[str]) -> None:
-        """Refresh recency of turns a replay used, in the background (an active session's oldest turns stay)."""
-        if keys:
+        """Refresh recency of turns a replay used, in the background (an active session's oldest turns stay).
+        A key this process refreshed within the last twentieth of the lifetime is not written again: a session's
+        every request replays all its turns, and recency that fine is not worth a write per turn per request."""
+        now = self._clock()
+        fresh = now - self._bounds.ttl_s / 20
+        with self._touch_lock:
+            due = [k for k in keys if self._touched.get(k, fresh - 1) < fresh]
+            for k in due:
+                self._touched[k] = now
+                self._touched.move_to_end(k)
+            while len(self._touched) > 100_000:
+                self._touched.popitem(last=False)
+        if due:
             try:
-                self._queue.put_nowait(tuple(keys))
+                self._queue.put_nowait(tuple(due))
             except queue.Full:
                 self.dropped += 1
 

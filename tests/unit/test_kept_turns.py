@@ -83,3 +83,21 @@ def test_concurrent_writers_are_batched_and_all_committed(tmp_path):
     assert len(other.get_many([f"{n}-{i}" for n in range(4) for i in range(50)])) == 200
     store.close()
     other.close()
+
+
+def test_a_turn_used_by_every_request_is_refreshed_once_per_twentieth_of_its_lifetime():
+    clock = Clock()
+    writes: list[tuple] = []
+    store = make(ttl=100.0, clock=clock)
+    real = store._backend.touch_kept_turns
+    store._backend.touch_kept_turns = lambda keys, now, ttl: (writes.append(tuple(keys)), real(keys, now, ttl))
+    assert store.put("k", [1], [1, 2]).result(timeout=5)
+    for _ in range(10):  # ten requests within 5 s: one refresh
+        store.touch(["k"])
+        clock.now += 0.4
+    assert store.put("flush", [1], [1, 2]).result(timeout=5)  # the writer has taken the touches before it
+    clock.now += 2
+    store.touch(["k"])  # 6 s later: refreshed again
+    assert store.put("flush", [1], [1, 2]).result(timeout=5)  # queued after the touches: they are written
+    assert writes == [("k",), ("k",)]
+    store.close()
