@@ -171,6 +171,7 @@ class RequestLifecycle:
         self._collector: TurnCollector | None = None  # the turn as sent (speculative prefill, kept turns)
         self._speculate = False
         self._unparsed = False  # a tool call the parser could not complete: the turn is not kept
+        self._kept = False  # this turn was handed to the kept-turn store
 
     @property
     def id(self) -> str:
@@ -390,6 +391,7 @@ class RequestLifecycle:
         if turn is None or not post.output_ids:
             return
         done = kept.put(key_after(pre.replay_prefix, turn), pre.token_ids, list(post.output_ids))
+        self._kept = True
         wait = self._path.args.kept_turns.commit_wait_s
         try:
             stored = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), wait) if wait > 0 else None
@@ -426,7 +428,8 @@ class RequestLifecycle:
             if session:
                 self._path.doctor.record(session, self.pre.token_ids, post.output_ids)
             if self._collector is not None and self._speculate:
-                self._path.speculative.after(self.request, self.pre, self.route, self._collector)
+                generated = [*self.pre.token_ids, *post.output_ids] if self._kept else None
+                self._path.speculative.after(self.request, self.pre, self.route, self._collector, generated)
 
 
 class _LifecycleResponse(StreamingResponse):

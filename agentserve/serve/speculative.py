@@ -3,7 +3,9 @@
 Dynamo replays only the text content; an agent turn is mostly reasoning and tool calls, so here the
 assistant turn is rebuilt from the streamed events (reasoning, text and tool calls, in order, with the
 ids the client saw) and rendered through the same template and replay policy as the next request
-will be. The next request then finds that prefix warm.
+will be. The next request then finds that prefix warm. When the turn was kept for token-exact replay
+(preprocess/splice.py), the next request starts with this turn's prompt and generated tokens exactly: those are
+prefilled, with no rendering (the engine has most of them already; the rest is its last partial block).
 
 It is optional work: it runs only on an unsaturated replica (the router refuses it otherwise) and at most
 `max_in_flight` at a time per ingress replica; beyond that a turn is simply not speculated on.
@@ -98,22 +100,34 @@ class SpeculativePrefill:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    def after(self, request: Any, pre: PreprocessedRequest, route: Any, collector: TurnCollector) -> None:
+    def after(
+        self,
+        request: Any,
+        pre: PreprocessedRequest,
+        route: Any,
+        collector: TurnCollector,
+        generated: list[int] | None = None,  # prompt + output tokens, when the turn was kept for token-exact replay
+    ) -> None:
         turn = collector.turn()
         if turn is None or route is None or route.replica_id is None:
             return
         if len(self._tasks) >= self._max:
             self.skipped += 1
             return
-        task = asyncio.get_running_loop().create_task(self._prefill(request, pre, route.replica_id, turn))
+        task = asyncio.get_running_loop().create_task(self._prefill(request, pre, route.replica_id, turn, generated))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _prefill(self, request: Any, pre: PreprocessedRequest, replica: str, turn: Turn) -> None:
+    async def _prefill(
+        self, request: Any, pre: PreprocessedRequest, replica: str, turn: Turn, generated: list[int] | None
+    ) -> None:
         spec = None
         try:
-            conv = next_turn_prefix(request.conversation, turn)
-            ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False)
+            if generated is not None:
+                ids = generated
+            else:
+                conv = next_turn_prefix(request.conversation, turn)
+                ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False)
             spec = prefill_request(pre.request_id, pre.model, ids, self._block_size, pre.hints)
             route = await self._router.route_to.remote(spec.route_request(), replica)
             if route is None:  # the replica is saturated (or gone): real requests come first
