@@ -47,6 +47,11 @@ ARGS = {
         "kind": "scripted",
         "block_size": 16,
         "rules": [
+            # --output-schema: unconstrained the first reply would be prose; text.format makes the engine's grammar
+            # accept only the JSON one (the scripted engine replays the first reply the grammar accepts).
+            {"match": "AS_CODEX_SCHEMA", "reply": "Sure, the answer is 42.", "itl_ms": 0},
+            {"match": "AS_CODEX_SCHEMA", "reply": '<think>Fill the schema.</think>{"answer": 42, "sure": true}',
+             "itl_ms": 0},
             {"match": "AS_CODEX_RESUME", "reply": RESUMED, "itl_ms": 0},
             {"match": MARKER, "reply": f"<think>The command ran.</think>{FINAL}", "itl_ms": 0},  # the output came back
             {"match": "AS_CODEX_START", "reply": f"<think>Run it.</think><tool_call>\n{SHELL_CALL}\n</tool_call>", "itl_ms": 0},
@@ -150,3 +155,20 @@ def test_codex_exec_resume_replays_the_session(codex_graph, codex_setup):
     per_request_first = first_usage["input_tokens"] / 2  # the first run made two requests (call, then final)
     assert usage["input_tokens"] > per_request_first
     assert usage["cached_input_tokens"] >= 0.8 * per_request_first
+
+
+def test_codex_exec_output_schema_returns_json_that_validates(codex_setup, tmp_path):
+    codex, work, env = codex_setup
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "integer"}, "sure": {"type": "boolean"}},
+        "required": ["answer", "sure"],
+        "additionalProperties": False,
+    }
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    events = _exec(codex, work, env, "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                   "--output-schema", str(path), "AS_CODEX_SCHEMA: what is six times seven?")  # fmt: skip
+    items = [e["item"] for e in events if e.get("type") == "item.completed"]
+    final = json.loads([i["text"] for i in items if i.get("type") == "agent_message"][-1])
+    assert set(final) == {"answer", "sure"} and isinstance(final["answer"], int) and isinstance(final["sure"], bool)
