@@ -46,6 +46,7 @@ PATH = "/v1/responses"
 _ACK = re.compile(r'^\s*\{\s*"type"\s*:\s*"response\.processed"')
 REMEMBERED = 4  # responses per connection that `previous_response_id` can name without the store
 INBOX = 8  # frames read ahead of the one being answered (Codex sends one at a time)
+KEEPALIVE = b'{"type":"keepalive"}'
 
 
 class CreateFrame(responses.ResponsesRequest):
@@ -65,7 +66,9 @@ class SocketWire:
         return self._enc.encode(events)
 
     def keepalive(self) -> list[bytes]:
-        return []  # WebSocket pings are the transport's; Codex waits up to stream_idle_timeout_ms for events
+        # Codex's idle timeout (stream_idle_timeout_ms, 300 s) restarts on every text frame but not on pings, and a
+        # cold prefill on CPU can take longer: a frame of a type every client ignores, outside the numbered events.
+        return [KEEPALIVE]
 
     def failure(self, err: RequestError) -> list[bytes]:
         return self._enc.encode([Finish("error", err.message)])
@@ -201,7 +204,7 @@ class ResponsesSocket:
                 await self._send(ws, encoder.failed(err.code, err.message))  # as over SSE: Codex compacts
                 return
             if warm:
-                events = await life.collect()
+                events = await self._collect_alive(ws, life)
                 usage = [Usage(e.prompt_tokens, 0, e.cached_tokens) for e in events if isinstance(e, Usage)]
                 failed = [e for e in events if isinstance(e, Finish) and e.reason == "error"]
                 frames = encoder.start() + encoder.encode(usage + (failed or [Finish("stop")]))
@@ -223,6 +226,19 @@ class ResponsesSocket:
                     await self._send(ws, frames)
             finally:
                 await chunks.aclose()
+
+    async def _collect_alive(self, ws: WebSocket, life: Any) -> list[Any]:
+        """The pre-warm's events, with keep-alive frames while its prefill runs."""
+        collecting = asyncio.ensure_future(life.collect())
+        try:
+            while True:
+                done, _ = await asyncio.wait((collecting,), timeout=self._handler.ctx.args.keepalive_interval_s)
+                if done:
+                    return collecting.result()
+                await ws.send_text(KEEPALIVE.decode())
+        finally:
+            if not collecting.done():
+                collecting.cancel()
 
     @staticmethod
     async def _send(ws: WebSocket, frames: list[bytes]) -> None:

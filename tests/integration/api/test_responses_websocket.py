@@ -45,14 +45,18 @@ def ws_url(graph_url: str) -> str:
     return graph_url.replace("http://", "ws://") + "/v1/responses"
 
 
-def exchange(ws, frame: dict) -> list[dict]:
-    """Send one request frame; every event up to the terminal one (each a JSON text frame)."""
+def exchange(ws, frame: dict, keepalives: list | None = None) -> list[dict]:
+    """Send one request frame; every event up to the terminal one (each a JSON text frame). Keep-alive frames
+    (sent during gaps longer than the graph's keepalive_interval_s) go to `keepalives`."""
     ws.send(json.dumps(frame))
     events = []
     while True:
         message = ws.recv(timeout=60)
         assert isinstance(message, str)  # text frames only
         event = json.loads(message)
+        if event == {"type": "keepalive"}:
+            (keepalives if keepalives is not None else []).append(event)
+            continue
         events.append(event)
         if event["type"] in TERMINAL:
             return events
@@ -144,11 +148,21 @@ def test_bad_frames_get_error_frames_and_the_connection_stays_usable(graph_url):
         assert after[0]["type"] == "response.created" and after[-1]["type"] == "response.completed"
 
 
+def test_keepalive_frames_fill_gaps_outside_the_numbered_events(graph_url):
+    """Codex's idle timeout restarts on any text frame (not on pings): gaps longer than keepalive_interval_s (0.1 s
+    in this graph; the AS_KEEPALIVE rule writes a token every 150 ms) get a frame every client ignores."""
+    keepalives: list = []
+    with connect(ws_url(graph_url)) as ws:
+        events = exchange(ws, create({"model": "smollm2", "input": "AS_KEEPALIVE", "store": False}), keepalives)
+    assert keepalives and events[-1]["type"] == "response.completed"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
 def test_client_leaving_mid_response_ends_the_request(graph_url):
     with connect(ws_url(graph_url)) as ws:
         ws.send(json.dumps(create({"model": "smollm2", "input": "slow please", "store": False})))  # ~10 s of ticks
         while json.loads(ws.recv(timeout=30))["type"] != "response.output_text.delta":
-            pass
+            pass  # (keep-alive frames included)
         assert engine_active("agentserve") == 1
     # The connection is gone: the engine request is aborted and its lease released long before its 10 s end.
     wait_for(lambda: engine_active("agentserve") == 0 and router_stats("agentserve")["in_flight"] == 0, timeout=5)
