@@ -34,6 +34,11 @@ def oai(graph_url):
     return openai.OpenAI(base_url=f"{graph_url}/v1", api_key="test")
 
 
+def _prompt(usage) -> int:
+    """Anthropic's input_tokens leaves out what the cache served: the prompt is the sum."""
+    return usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+
+
 def _words_for(count, target: int) -> int:
     """How many filler words make a prompt of exactly `target` tokens (each `word ` is one token; checked)."""
     n100, n101 = count(100), count(101)
@@ -44,12 +49,14 @@ def _words_for(count, target: int) -> int:
 
 
 def test_anthropic_clamps_max_tokens_and_refuses_only_a_prompt_too_long(claude):
-    count = lambda k: claude.messages.count_tokens(model=MODEL, messages=_filler(k)).input_tokens  # noqa: E731
+    def count(k: int) -> int:  # the prompt as generation renders it
+        return _prompt(claude.messages.create(model=MODEL, max_tokens=1, messages=_filler(k)).usage)
+
     k = _words_for(count, WINDOW - 3)
     raw = claude.messages.with_raw_response.create(model=MODEL, max_tokens=32_000, messages=_filler(k))
     msg = raw.parse()
     assert raw.headers[CLAMPED] == "3; requested=32000"
-    assert msg.usage.input_tokens == WINDOW - 3
+    assert _prompt(msg.usage) == WINDOW - 3
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 3
     assert REPLY.startswith(msg.content[0].text) and msg.content[0].text != REPLY
     # streaming: the header is on the stream's response too
