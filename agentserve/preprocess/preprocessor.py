@@ -118,7 +118,7 @@ class Preprocessor:
         kwargs = dict(client)
         if self._model.reasoning_parser is None:
             return kwargs
-        if self._switch is not None:
+        if self._switch is not None and self._caps.accepts(self._switch.name):
             kwargs.setdefault(self._switch.name, self._switch.on if thinking is not False else self._switch.off)
         switch = self._policy.disable if thinking is False else self._policy.enable
         for name, value in switch.items():
