@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import time
 
+from pathlib import Path
+
 import httpx
 import openai
 import pytest
+import yaml
 from ray import serve
 
 from tests.conftest import running_graph
 
 pytestmark = pytest.mark.e2e
 
-VLLM_ARGS = {
-    "engine": {"kind": "vllm", "block_size": 32, "enforce_eager": True, "kv_cache_gib": 1, "max_num_seqs": 8},
-}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _shipped_args() -> dict:
+    """The model and engine sections `make serve` runs (serve_config.yaml): the 32K YaRN window, block 128."""
+    args = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
+    return {"model": args["model"], "engine": {**args["engine"], "max_num_seqs": 8}}
+
+
+VLLM_ARGS = _shipped_args()
+BLOCK = VLLM_ARGS["engine"]["block_size"]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +67,20 @@ def test_repeated_long_prompt_is_served_from_the_prefix_cache(client):
     second = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=4, temperature=0)
     assert first.usage.prompt_tokens > 400
     assert second.usage.prompt_tokens_details.cached_tokens > 0
-    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 64
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - BLOCK
+
+
+def test_a_prompt_past_the_trained_8k_window_is_served(client, vllm_url):
+    """SmolLM2 was trained to 8,192 positions; the shipped YaRN scaling must let vLLM serve the 32K window."""
+    cards = httpx.get(f"{vllm_url}/v1/models").json()["data"]
+    assert {c["max_model_len"] for c in cards} == {VLLM_ARGS["model"]["context_window"]} == {32768}
+    text = "The quick brown fox jumps over the lazy dog near the river bank. " * 640
+    reply = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": text + "\nWhat animal jumps?"}], max_tokens=4,
+        temperature=0,
+    )
+    assert reply.usage.prompt_tokens > 8192 + 500
+    assert reply.usage.completion_tokens >= 1 and reply.choices[0].finish_reason in ("stop", "length")
 
 
 def _stats() -> dict:
