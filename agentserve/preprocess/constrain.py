@@ -9,6 +9,7 @@ as free ones; a format with no entry in CALL_FORMATS cannot be constrained, and 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
@@ -126,13 +127,24 @@ def structural_tag(
     return json.dumps(tag, ensure_ascii=False)
 
 
-def check(tag: str, conversation: Conversation, output_format: OutputFormat | None) -> None:
-    """Compile the tag once here, so a schema the grammar compiler refuses is a 400 naming its field."""
+@functools.lru_cache(maxsize=512)
+def _refusal(tag: str) -> str | None:
+    """Why xgrammar cannot build this tag's grammar (None: it can); an agent resends the same tools every turn."""
     import xgrammar as xgr
 
     try:
         xgr.Grammar.from_structural_tag(tag)
     except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError with the reason
+        return str(exc)
+    return None
+
+
+def check(tag: str, conversation: Conversation, output_format: OutputFormat | None) -> None:
+    """Parse the tag once here, so a schema the grammar compiler refuses is a 400 naming its field."""
+    import xgrammar as xgr
+
+    reason = _refusal(tag)
+    if reason is not None:
         param = output_format.param if output_format is not None else "tools"
         for i, t in enumerate(conversation.tools):
             try:
@@ -140,4 +152,4 @@ def check(tag: str, conversation: Conversation, output_format: OutputFormat | No
             except Exception:  # noqa: BLE001
                 param = f"tools[{i}]"
                 break
-        raise RequestError("invalid_request", f"cannot constrain the output to this schema: {exc}", param=param) from exc
+        raise RequestError("invalid_request", f"cannot constrain the output to this schema: {reason}", param=param)
