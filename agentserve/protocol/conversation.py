@@ -98,7 +98,6 @@ class Conversation(BaseModel):
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice = "auto"
     parallel_tool_calls: bool = True  # False: at most one call per turn (enforced by the grammar when constrained)
-    parallel_tool_calls: bool = True  # False: at most one call per turn (enforced by the grammar when constrained)
 
     def last_user_text(self) -> str:
         """Text of the user and tool-result turns since the last assistant turn (what a scripted engine matches
