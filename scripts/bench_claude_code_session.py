@@ -32,6 +32,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.e2e import test_claude_code  # noqa: E402
 from tests.e2e.recording_proxy import RecordingProxy  # noqa: E402
 
 OUT_JSON = ROOT / "docs" / "benchmarks" / "claude_code_session.json"
@@ -54,26 +55,12 @@ def wait_ready(url: str, timeout_s: float) -> None:
 
 
 def claude_env(base_url: str, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE"))}
-    env.update({
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_AUTH_TOKEN": "bench",
-        "ANTHROPIC_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
+    """The e2e tests' offline Claude Code environment, with a window and timeouts for the real model."""
+    return test_claude_code.claude_env(base_url, home) | {
         "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "32768",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "256",  # SmolLM2 rambles; TTFT is what is measured here
         "API_TIMEOUT_MS": "1500000",
-    })
-    return env
+    }
 
 
 def run_turn(prompt: str, cont: bool, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
