@@ -78,18 +78,16 @@ def _metric(url: str, name: str, **labels: str) -> float:
     return total
 
 
-@pytest.fixture(scope="module")
-def codex_setup(codex_graph, tmp_path_factory):
-    """A CODEX_HOME written by `agentserve codex-config`, a work dir, and Codex's environment."""
-    codex = _codex_binary()
-    root = tmp_path_factory.mktemp("codex")
+def codex_home(url: str, args: dict, root: Path) -> tuple[Path, dict]:
+    """A CODEX_HOME under `root` written by `agentserve codex-config` for the graph at `url` serving `args`, a work
+    dir, and Codex's environment: (work dir, env)."""
     home, work = root / "codex-home", root / "work"
     work.mkdir()
     serve_config = root / "serve_config.yaml"
-    serve_config.write_text(yaml.safe_dump({"applications": [{"args": ARGS}]}))
+    serve_config.write_text(yaml.safe_dump({"applications": [{"args": args}]}))
     subprocess.run(
         [str(ROOT / ".venv" / "bin" / "python"), "-m", "agentserve.cli", "codex-config",
-         "--codex-home", str(home), "--base-url", f"{codex_graph}/v1", "--serve-config", str(serve_config)],
+         "--codex-home", str(home), "--base-url", f"{url}/v1", "--serve-config", str(serve_config)],
         cwd=ROOT, check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     env = {
@@ -99,6 +97,14 @@ def codex_setup(codex_graph, tmp_path_factory):
         "AGENTSERVE_API_KEY": "e2e-key",
         "NO_PROXY": "127.0.0.1,localhost",
     }
+    return work, env
+
+
+@pytest.fixture(scope="module")
+def codex_setup(codex_graph, tmp_path_factory):
+    """Codex set up for the module's graph: (binary, work dir, env)."""
+    codex = _codex_binary()
+    work, env = codex_home(codex_graph, ARGS, tmp_path_factory.mktemp("codex"))
     return codex, work, env
 
 

@@ -8,13 +8,11 @@ own `turn.completed` usage) cover at least 95% of the turn's input tokens.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-import yaml
 
 from tests.conftest import running_graph
-from tests.e2e.test_codex import ROOT, _codex_binary, _exec
+from tests.e2e.test_codex import _codex_binary, _exec, codex_home
 
 pytestmark = pytest.mark.e2e
 
@@ -42,18 +40,7 @@ ARGS = {
 def codex_long(model_path, tmp_path_factory):
     codex = _codex_binary()
     with running_graph(ARGS) as url:
-        root = tmp_path_factory.mktemp("codex-long")
-        home, work = root / "codex-home", root / "work"
-        work.mkdir()
-        serve_config = root / "serve_config.yaml"
-        serve_config.write_text(yaml.safe_dump({"applications": [{"args": ARGS}]}))
-        subprocess.run(
-            [str(ROOT / ".venv" / "bin" / "python"), "-m", "agentserve.cli", "codex-config",
-             "--codex-home", str(home), "--base-url", f"{url}/v1", "--serve-config", str(serve_config)],
-            cwd=ROOT, check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home), "AGENTSERVE_API_KEY": "e2e-key",
-               "NO_PROXY": "127.0.0.1,localhost"}
+        work, env = codex_home(url, ARGS, tmp_path_factory.mktemp("codex-long"))
         yield codex, work, env
 
 
