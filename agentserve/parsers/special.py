@@ -43,18 +43,20 @@ class SpecialScrub:
         out: list[Event] = []
         t = self.text
         for ev in events:
-            if isinstance(ev, TextDelta):
-                ev = TextDelta(t(ev.text)) if ev.text else ev
-                if not ev.text:
+            # The per-token events are rebuilt only when a marker was removed (re.sub returns its input
+            # unchanged when nothing matched), so the common case allocates nothing.
+            if isinstance(ev, (TextDelta, ReasoningDelta)):
+                text = t(ev.text)
+                if not text:
                     continue
-            elif isinstance(ev, ReasoningDelta):
-                ev = ReasoningDelta(t(ev.text))
-                if not ev.text:
-                    continue
+                if text is not ev.text:
+                    ev = type(ev)(text)
             elif isinstance(ev, ToolCallArgsDelta):
-                ev = ToolCallArgsDelta(ev.index, t(ev.fragment))
-                if not ev.fragment:
+                fragment = t(ev.fragment)
+                if not fragment:
                     continue
+                if fragment is not ev.fragment:
+                    ev = ToolCallArgsDelta(ev.index, fragment)
             elif isinstance(ev, ToolCallEnd):
                 ev = ToolCallEnd(ev.index, t(ev.arguments))
             elif isinstance(ev, ToolCallStart):
