@@ -6,6 +6,7 @@ so each one reads only the part it needs.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,8 +54,19 @@ class ModelProfile(_Strict):
     priority: int = 1
 
 
+class LoraAdapterSpec(_Strict):
+    """A LoRA adapter of one catalog model, served under its own id."""
+
+    id: str  # the served model id, e.g. "smollm2-pirate"
+    path: str  # local PEFT adapter directory (adapter_config.json + adapter_model.safetensors)
+    aliases: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        return (self.id, *self.aliases)
+
+
 class ModelSpec(_Strict):
-    """One served model: its catalog identity and how its output is parsed."""
+    """One served model: its catalog identity, how its output is parsed, and (in the catalog form) its engine."""
 
     id: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
     aliases: tuple[str, ...] = ("smollm2", "smollm2-135m-instruct")
@@ -73,9 +85,19 @@ class ModelSpec(_Strict):
     # Replay policy family (preprocess/replay.py); None: follows from the reasoning parser.
     replay_family: str | None = None
     profile: ModelProfile = ModelProfile()
+    # This model's engine; None: ServeArgs.engine (the single-model form). ServeArgs.catalog() fills it in.
+    engine: "EngineSpec | None" = None
+    # LoRA adapters of this model, each served under its own id; non-empty: the engine runs with LoRA enabled.
+    adapters: tuple[LoraAdapterSpec, ...] = ()
+    max_lora_rank: int = Field(default=16, ge=1)
 
     def names(self) -> tuple[str, ...]:
+        """The names that reach this base model (its adapters' names are theirs: `served_names`)."""
         return (self.id, *self.aliases)
+
+    def served_names(self) -> tuple[str, ...]:
+        """Every name a request may use for this model: its own and those of its adapters."""
+        return (*self.names(), *(n for a in self.adapters for n in a.names()))
 
     def resolve_path(self) -> Path:
         if self.path is not None:
@@ -230,8 +252,17 @@ class DoctorSpec(_Strict):
     max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
 
 
+def engine_deployment_slug(model_id: str) -> str:
+    """A model id as a Serve deployment name suffix (`HuggingFaceTB/SmolLM2-135M` -> `HuggingFaceTB-SmolLM2-135M`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", model_id).strip("-") or "model"
+
+
 class ServeArgs(_Strict):
+    # The single-model form: one model served by `engine` (deployment `Engine`).
     model: ModelSpec = ModelSpec()
+    # The catalog form: several models, each with its own engine (deployment `Engine-<slug of its id>`, so each is
+    # scaled on its own); non-empty replaces `model`. A model without `engine` gets ServeArgs.engine.
+    models: tuple[ModelSpec, ...] = ()
     engine: EngineSpec = EngineSpec()
     # After the first chunk, engine deltas that queue up while one is in flight are merged.
     coalesce_stream: bool = True
@@ -283,8 +314,47 @@ class ServeArgs(_Strict):
             raise ValueError('router.priority_keys holds sha256 hex digests of API keys, or "*" for every caller')
         return self
 
+    @model_validator(mode="after")
+    def _catalog_names_unique(self) -> "ServeArgs":
+        if self.models and self.model != ModelSpec():  # (a dumped catalog form carries the default `model`)
+            raise ValueError("give either `model` (one model) or `models` (the catalog), not both")
+        seen: dict[str, str] = {}
+        for m in self.catalog():
+            for owner, names in ((m.id, m.names()), *((f"{m.id} adapter {a.id}", a.names()) for a in m.adapters)):
+                for name in names:
+                    if name in seen:
+                        raise ValueError(
+                            f"model name {name!r} is used twice in the catalog ({seen[name]} and {owner}): "
+                            "ids, aliases and adapter ids must be unique across all models"
+                        )
+                    seen[name] = owner
+        deployments: dict[str, str] = {}
+        for m in self.models:
+            name = engine_deployment_slug(m.id)
+            if name in deployments:
+                raise ValueError(
+                    f"models {deployments[name]!r} and {m.id!r} give the same engine deployment name "
+                    f"'Engine-{name}': make their ids differ in more than punctuation"
+                )
+            deployments[name] = m.id
+        return self
+
+    def catalog(self) -> tuple[ModelSpec, ...]:
+        """Every served model, each with its `engine` filled in (the first is the default model)."""
+        models = self.models or (self.model,)
+        return tuple(m if m.engine is not None else m.model_copy(update={"engine": self.engine}) for m in models)
+
+    def engine_deployment_name(self, model: ModelSpec) -> str:
+        """The Serve deployment of this model's engine: `Engine` in the single-model form (so serve configs'
+        `deployments:` overrides keep their name), `Engine-<slug of the id>` in the catalog form."""
+        return f"Engine-{engine_deployment_slug(model.id)}" if self.models else "Engine"
+
     @classmethod
     def from_any(cls, args: "ServeArgs | dict[str, Any] | None") -> "ServeArgs":
         if isinstance(args, ServeArgs):
             return args
         return cls.model_validate(args or {})
+
+
+ModelSpec.model_rebuild()
+ServeArgs.model_rebuild()
