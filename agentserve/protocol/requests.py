@@ -89,8 +89,11 @@ class PreprocessedRequest(BaseModel):
     request_id: str
     model: str
     token_ids: list[int]
-    block_hashes: list[int]  # chained hashes of full prefix blocks, engine block size
+    # Chained hashes of full prefix blocks, engine block size; seeded by `adapter`, as vLLM keys its blocks by the
+    # LoRA, so a prefix cached under one adapter is never a hit for another.
+    block_hashes: list[int]
     sampling: SamplingParams
+    adapter: str | None = None  # the LoRA adapter id that serves this request; None: the base model
     hints: AgentHints = AgentHints()
     max_tokens: int  # resolved against the context window
     # What the client asked for when that was more than the window leaves (max_tokens is then clamped to it).
