@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Protocol
 
-from agentserve.config import ServeArgs
+from agentserve.config import ModelSpec, ServeArgs
 from agentserve.protocol import EngineDelta, PreprocessedRequest
 
 
@@ -30,22 +30,27 @@ class Engine(Protocol):
     async def shutdown(self) -> None: ...
 
 
-def make_engine(args: ServeArgs, model_path: Path) -> Engine:
-    markers = reasoning_markers(args)
-    if args.engine.kind == "scripted":
+def make_engine(args: ServeArgs, model: ModelSpec, model_path: Path) -> Engine:
+    """The engine of one catalog model (`model.engine`, filled in by ServeArgs.catalog(); else args.engine)."""
+    spec = model.engine or args.engine
+    markers = reasoning_markers(model)
+    if spec.kind == "scripted":
         from agentserve.engines.scripted import ScriptedEngine
 
-        return ScriptedEngine.from_spec(args.engine, model_path, reasoning_markers=markers)
+        return ScriptedEngine.from_spec(spec, model_path, reasoning_markers=markers)
     from agentserve.engines.vllm import VllmEngine
 
-    return VllmEngine(args.engine, model_path, context_window=args.model.context_window, reasoning_markers=markers)
+    return VllmEngine(spec, model_path, context_window=model.context_window, reasoning_markers=markers)
 
 
-def reasoning_markers(args: ServeArgs) -> tuple[str, str] | None:
-    """(start, end) of the model's reasoning block, which a thinking budget counts and ends; None: no reasoning."""
-    if args.model.reasoning_parser is None:
+def reasoning_markers(model: ModelSpec | ServeArgs) -> tuple[str, str] | None:
+    """(start, end) of the model's reasoning block, which a thinking budget counts and ends; None: no reasoning.
+    Given ServeArgs: its default model's."""
+    if isinstance(model, ServeArgs):
+        model = model.catalog()[0]
+    if model.reasoning_parser is None:
         return None
     from agentserve.preprocess.replay import policy_for
 
-    policy = policy_for(args.model.reasoning_parser, args.model.replay_family)
+    policy = policy_for(model.reasoning_parser, model.replay_family)
     return policy.think_open.strip(), policy.think_close.strip()
