@@ -28,7 +28,7 @@ def models_from_serve_config(path: Path | None) -> list[ModelSpec]:
         return [ModelSpec()]
     doc = yaml.safe_load(path.read_text()) or {}
     apps = doc.get("applications") or [{}]
-    return [ServeArgs.from_any(app.get("args") or {}).model for app in apps]
+    return [m for app in apps for m in ServeArgs.from_any(app.get("args") or {}).catalog()]
 
 
 def _toml_str(value: str) -> str:

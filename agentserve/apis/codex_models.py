@@ -63,10 +63,10 @@ def model_info(slug: str, model: ModelSpec, *, listed: bool = True) -> dict[str,
 
 
 def models_body(models: list[ModelSpec]) -> dict[str, Any]:
-    """One entry per served name: the id listed in pickers, aliases hidden but resolvable."""
-    return {
-        "models": [model_info(name, m, listed=name == m.id) for m in models for name in m.names()]
-    }
+    """One entry per served name of every catalog model: ids (a model's and each of its LoRA adapters', which
+    share their base's profile and window) listed in pickers, aliases hidden but resolvable."""
+    listed = {m.id for m in models} | {a.id for m in models for a in m.adapters}
+    return {"models": [model_info(name, m, listed=name in listed) for m in models for name in m.served_names()]}
 
 
 def etag(body: dict[str, Any]) -> str:

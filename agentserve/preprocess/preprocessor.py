@@ -177,10 +177,12 @@ class Preprocessor:
             ids = self._literals.encode(text, shield)
         return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns, spliced)
 
-    def replay_keys(self, request: GenerationRequest, scope: str) -> ReplayKeys:
-        """Keys of the request's earlier assistant turns (those followed by another turn) and of the whole."""
+    def replay_keys(self, request: GenerationRequest, scope: str, adapter: str | None = None) -> ReplayKeys:
+        """Keys of the request's earlier assistant turns (those followed by another turn) and of the whole; a
+        LoRA adapter's turns are kept apart from the base model's (its tokens are its own)."""
         conv = request.conversation
-        header = header_digest(scope, self._model.id, conv, request.template_kwargs, request.thinking)
+        served = self._model.id if adapter is None else f"{self._model.id}\x00lora\x00{adapter}"
+        header = header_digest(scope, served, conv, request.template_kwargs, request.thinking)
         digests = chain(header, conv.turns)
         slots = {
             i: kept_key(digests[i])
@@ -189,9 +191,10 @@ class Preprocessor:
         }
         return ReplayKeys(slots, kept_key(digests[-1] if digests else header))
 
-    def preprocess(self, request: GenerationRequest, scope: str = "") -> PreprocessedRequest:
-        """`scope` is the caller's identity: kept turns are never shared across callers."""
-        keys = self.replay_keys(request, scope) if self._kept is not None else None
+    def preprocess(self, request: GenerationRequest, scope: str = "", adapter: str | None = None) -> PreprocessedRequest:
+        """`scope` is the caller's identity: kept turns are never shared across callers. `adapter`: the LoRA
+        adapter id that serves the request (None: the base model); it seeds the block hashes."""
+        keys = self.replay_keys(request, scope, adapter) if self._kept is not None else None
         thinking = False if request.reasoning_effort == "none" else request.thinking
         prompt = self.render(request.conversation, request.template_kwargs, thinking=thinking, replay=keys)
         n = len(prompt.token_ids)
@@ -216,7 +219,8 @@ class Preprocessor:
             request_id=request.request_id,
             model=self._model.id,
             token_ids=prompt.token_ids,
-            block_hashes=block_hashes(prompt.token_ids, self._block_size),
+            block_hashes=block_hashes(prompt.token_ids, self._block_size, adapter),
+            adapter=adapter,
             sampling=self._with_thinking_budget(request, thinking),
             hints=request.hints,
             max_tokens=max_tokens,

@@ -17,7 +17,8 @@ from agentserve.serve.state_args import settle_state
 
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
-    """Ingress -> Preprocessor -> Router -> Engine replicas, wired as Ray Serve deployments."""
+    """Ingress -> Preprocessor -> Router -> Engine replicas, wired as Ray Serve deployments: one Engine
+    deployment per catalog model (each scaled on its own), one Ingress, Preprocessor and Router for all."""
     parsed = ServeArgs.from_any(args)
     parsed = settle_state(parsed)  # secret key (config, env, or kept in the data dir) and data dir, for every replica
     env_keys = keys_from_env()  # AGENTSERVE_API_KEYS: plain keys, only their digests go into the config
@@ -25,10 +26,13 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
         parsed = parsed.model_copy(update={"api_keys": tuple(dict.fromkeys((*parsed.api_keys, *env_keys)))})
     config = parsed.model_dump(mode="json")
     router = RouterReplica.bind(config)
-    engine_dep = EngineReplica
-    if parsed.engine.num_replicas is not None:  # serve config `deployments` still override this
-        engine_dep = EngineReplica.options(num_replicas=parsed.engine.num_replicas)
-    engine = engine_dep.bind(config, router)
+    engines = {}
+    for model in parsed.catalog():
+        assert model.engine is not None  # catalog() fills it in
+        options: dict[str, Any] = {"name": parsed.engine_deployment_name(model)}
+        if model.engine.num_replicas is not None:  # serve config `deployments` still override this
+            options["num_replicas"] = model.engine.num_replicas
+        engines[model.id] = EngineReplica.options(**options).bind(config, router, model.id)
     preprocessor = PreprocessorReplica.bind(config)
     store = ResponseStoreReplica.bind(config)
-    return Ingress.bind(config, preprocessor, router, engine, store)
+    return Ingress.bind(config, preprocessor, router, engines, store)

@@ -25,6 +25,10 @@ class IngressContext:
     path: RequestPath
     preprocessor: DeploymentHandle
 
+    def tokenizer_for(self, model: ModelSpec) -> Any:
+        """The tokenizer of a catalog model (the ingress detokenizes and counts with it)."""
+        return self.path.tokenizer_for(model.id)
+
     @staticmethod
     def request_id() -> str:
         """The server's id for this request (the client's `x-request-id` is only a label)."""

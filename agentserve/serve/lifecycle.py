@@ -79,7 +79,10 @@ def engine_died(exc: BaseException) -> bool:
 
 
 class RequestPath:
-    """The ingress replica's shared request path: one per replica, one `RequestLifecycle` per request."""
+    """The ingress replica's shared request path: one per replica, one `RequestLifecycle` per request.
+
+    `engine` is one handle (the single-model form) or one per catalog model id; `tokenizer` is the default model's,
+    `tokenizers` (by model id) those of the others. Finding a request's engine and tokenizer is a dict lookup."""
 
     def __init__(
         self,
@@ -87,51 +90,70 @@ class RequestPath:
         *,
         preprocessor: DeploymentHandle,
         router: DeploymentHandle,
-        engine: DeploymentHandle,
+        engine: DeploymentHandle | dict[str, DeploymentHandle],
         tokenizer: Any,
         kept: KeptTurnStore | None = None,
+        tokenizers: dict[str, Any] | None = None,
     ) -> None:
         self.args = args
         self.kept = kept  # where finished turns' generated tokens are kept for token-exact replay
         self.preprocessor = preprocessor
         self.router = router
-        self.engine = engine.options(stream=True)
+        catalog = args.catalog()
+        handles = engine if isinstance(engine, dict) else {catalog[0].id: engine}
+        self.engines = {model: h.options(stream=True) for model, h in handles.items()}
+        self.engine = next(iter(self.engines.values()))  # the default model's
         self.tokenizer = tokenizer
-        # Sessions are keyed `<caller identity>/<session>`: one caller's header never describes another's turn.
+        self._tokenizers = tokenizers or {}
+        # Sessions are keyed `<caller identity>/<session>` (and the model, in the catalog form): one caller's
+        # header never describes another's turn, one model's turn never another's.
         self.doctor = PrefixDoctor.from_args(args, tokenizer)
+        self.per_model_sessions = len(catalog) > 1
         self.speculative = SpeculativePrefill(
             preprocessor=preprocessor,
             router=router,
-            engine=self.engine,
-            block_size=args.engine.block_size,
+            engine=self.engines if len(self.engines) > 1 else self.engine,
+            block_size={m.id: (m.engine or args.engine).block_size for m in catalog},
             enabled=args.router.speculative_prefill,
             max_in_flight=args.router.max_speculative_prefills,
         )
         self._releasing: set[asyncio.Task] = set()
 
-    def release(self, request_id: str) -> None:
+    def engine_for(self, model: str) -> Any:
+        """The streaming handle of `model`'s Engine deployment (the only one in the single-model form)."""
+        if len(self.engines) == 1:
+            return self.engine
+        return self.engines[model]
+
+    def tokenizer_for(self, model: str) -> Any:
+        return self._tokenizers.get(model, self.tokenizer)
+
+    def release(self, request_id: str, model: str | None = None) -> None:
         """Tell the router this request's lease is free. Sent from outside the request's Serve context: a handle
         call made in the context of a request Serve is cancelling (the client left) is a child request, and Serve
         cancels it with its parent before it is ever sent."""
-        contextvars.Context().run(self.router.release.remote, request_id)
+        if model is None or len(self.engines) == 1:  # one model: the router needs no name
+            contextvars.Context().run(self.router.release.remote, request_id)
+        else:
+            contextvars.Context().run(self.router.release.remote, request_id, model)
 
-    def release_after(self, route_call: Any, request_id: str) -> None:
+    def release_after(self, route_call: Any, request_id: str, model: str | None = None) -> None:
         """Release a lease whose routing call this ingress stopped waiting for (client gone, router died), once
         that call has ended. A release sent at once can reach the router before the call leases: the call waits
         in the admission queue and its cancellation races the release there, so the lease would be held until it
         lapses. Sent after the call's end (decision, refusal, or cancellation), the release always comes later."""
         task = asyncio.get_running_loop().create_task(
-            self._release_when_ended(route_call, request_id), context=contextvars.Context()
+            self._release_when_ended(route_call, request_id, model), context=contextvars.Context()
         )
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
-    async def _release_when_ended(self, route_call: Any, request_id: str) -> None:
+    async def _release_when_ended(self, route_call: Any, request_id: str, model: str | None) -> None:
         try:  # the decision, a refusal, or the call's cancellation: either way the router is done with it
             await asyncio.wait_for(route_call, self.args.router.max_wait_s + 5.0)
         except BaseException:  # noqa: BLE001 - how it ended does not matter, only that it did (or we gave up)
             pass
-        self.release(request_id)
+        self.release(request_id, model)
 
 
 class RequestLifecycle:
@@ -213,7 +235,7 @@ class RequestLifecycle:
         except BaseException:  # cancelled (client gone) or the router died: it may lease before or after we left
             if check is not None:
                 check.cancel()
-            self._path.release_after(route_call, self.id)
+            self._path.release_after(route_call, self.id, pre.model)
             raise
         observe_route(self.route, time.perf_counter() - routing, self.model.id)
         if check is not None:
@@ -229,7 +251,11 @@ class RequestLifecycle:
         return pre
 
     def _session(self) -> str:
-        return f"{self._scope}/{self.pre.session_key}" if self.pre and self.pre.session_key else ""
+        if not (self.pre and self.pre.session_key):
+            return ""
+        if self._path.per_model_sessions:
+            return f"{self._scope}/{self.request.model}/{self.pre.session_key}"
+        return f"{self._scope}/{self.pre.session_key}"
 
     def headers(self) -> dict[str, str]:
         """`x-agentserve-prefix`: how much of the session's previous turn this prompt reuses, and why not all.
@@ -246,7 +272,7 @@ class RequestLifecycle:
         pre, opts, model = self.pre, self._options, self.model
         reasoning = pre.parse_reasoning if opts.parse_reasoning is None else opts.parse_reasoning
         self.post = Postprocessor(
-            self._path.tokenizer,
+            self._path.tokenizer_for(model.id),
             reasoning_parser=model.reasoning_parser if reasoning else None,
             tool_call_parser=model.tool_call_parser if opts.parse_tool_calls else None,
             tools=opts.tools,
@@ -255,7 +281,7 @@ class RequestLifecycle:
             skip_special_tokens=model.skip_special_tokens,
             id_factory=opts.id_factory,
         )
-        self._stream = self._path.engine.generate.remote(pre, self.route)
+        self._stream = self._path.engine_for(model.id).generate.remote(pre, self.route)
         self._first_at: float | None = None
         self._last_at: float | None = None
 
@@ -277,7 +303,7 @@ class RequestLifecycle:
         events = self.post.feed(delta)
         if delta.logprobs:  # before the text they belong to, so an encoder can attach them to it
             top = self.pre.sampling.logprobs or 0 if self.pre is not None else 0
-            events = [logprobs_event(self._path.tokenizer, delta.logprobs, top), *events]
+            events = [logprobs_event(self._path.tokenizer_for(self.model.id), delta.logprobs, top), *events]
         if events:
             self._observer.events(events)
             if self._collector is not None:
@@ -412,7 +438,7 @@ class RequestLifecycle:
             self._stream.cancel()  # the turn did not end: abort the engine request (a finished one ends itself)
         if not self._ended_normally and self.route is not None:
             # The engine reports its own ends; this covers requests it may never have seen.
-            self._path.release(self.id)
+            self._path.release(self.id, self.model.id)
         post = self.post
         if post is None:
             return

@@ -67,14 +67,15 @@ def next_turn_prefix(conversation: Conversation, assistant: Turn) -> Conversatio
 
 
 def prefill_request(
-    request_id: str, model: str, token_ids: list[int], block_size: int, hints: AgentHints
+    request_id: str, model: str, token_ids: list[int], block_size: int, hints: AgentHints, adapter: str | None = None
 ) -> PreprocessedRequest:
-    """A one-token request whose only job is to leave `token_ids` in the replica's prefix cache."""
+    """A one-token request whose only job is to leave `token_ids` in the replica's prefix cache (under `adapter`)."""
     return PreprocessedRequest(
         request_id=f"{request_id}-spec",
         model=model,
+        adapter=adapter,
         token_ids=token_ids,
-        block_hashes=block_hashes(token_ids, block_size),
+        block_hashes=block_hashes(token_ids, block_size, adapter),
         sampling=SamplingParams(max_tokens=1, temperature=0.0),
         hints=hints.model_copy(update={"speculative_prefill": False, "osl": 1}),
         max_tokens=1,
@@ -85,11 +86,19 @@ class SpeculativePrefill:
     """Runs speculative prefills after finished turns, bounded in number, never past a saturated replica."""
 
     def __init__(
-        self, *, preprocessor: Any, router: Any, engine: Any, block_size: int, enabled: bool, max_in_flight: int
+        self,
+        *,
+        preprocessor: Any,
+        router: Any,
+        engine: Any,
+        block_size: int | dict[str, int],
+        enabled: bool,
+        max_in_flight: int,
     ) -> None:
         self._pre = preprocessor
         self._router = router
-        self._engine = engine  # a streaming handle
+        # Streaming handles: one (every request's model), or per catalog model id, with each model's block size.
+        self._engine = engine
         self._block_size = block_size
         self.enabled = enabled and max_in_flight > 0
         self._max = max_in_flight
@@ -127,12 +136,14 @@ class SpeculativePrefill:
                 ids = generated
             else:
                 conv = next_turn_prefix(request.conversation, turn)
-                ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False)
-            spec = prefill_request(pre.request_id, pre.model, ids, self._block_size, pre.hints)
+                ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False, None, request.model)
+            bs = self._block_size[pre.model] if isinstance(self._block_size, dict) else self._block_size
+            spec = prefill_request(pre.request_id, pre.model, ids, bs, pre.hints, pre.adapter)
             route = await self._router.route_to.remote(spec.route_request(), replica)
             if route is None:  # the replica is saturated (or gone): real requests come first
                 return
-            async for _ in self._engine.generate.remote(spec, route):
+            engine = self._engine[pre.model] if isinstance(self._engine, dict) else self._engine
+            async for _ in engine.generate.remote(spec, route):
                 pass
         except Exception:
             logger.warning("speculative prefill after %s failed", pre.request_id, exc_info=True)

@@ -1,4 +1,8 @@
-"""Engine replica deployment: one engine per replica, tokens streamed back in one Ray hop."""
+"""Engine replica deployment: one engine per replica, tokens streamed back in one Ray hop.
+
+Each catalog model has its own Engine deployment (ServeArgs.engine_deployment_name: `Engine` in the single-model
+form, `Engine-<slug>` in the catalog form), with its own replicas and autoscaling; a replica serves one model
+(with its LoRA adapters) and registers under that model with the router."""
 
 from __future__ import annotations
 
@@ -94,11 +98,18 @@ def merge(deltas: list[EngineDelta]) -> EngineDelta:
     graceful_shutdown_timeout_s=30,
 )
 class EngineReplica:
-    async def __init__(self, args: dict[str, Any], router: DeploymentHandle) -> None:
+    async def __init__(self, args: dict[str, Any], router: DeploymentHandle, model_id: str | None = None) -> None:
         self._args = ServeArgs.from_any(args)
+        # The catalog model this deployment serves (None: the first, i.e. the single-model form's `model`).
+        catalog = self._args.catalog()
+        self._model = next((m for m in catalog if m.id == model_id), None) if model_id else catalog[0]
+        if self._model is None:
+            raise ValueError(f"model {model_id!r} is not in the catalog")
+        assert self._model.engine is not None  # catalog() fills it in
+        self._spec = self._model.engine
         self._prefill = PrefillTracker()  # autoscaling signal (record_autoscaling_stats) and metrics
         start_export()
-        self._engine = make_engine(self._args, self._args.model.resolve_path())
+        self._engine = make_engine(self._args, self._model, self._model.resolve_path())
         await self._engine.start()
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._router = router
@@ -106,17 +117,21 @@ class EngineReplica:
         self._registration = self._kv_registration()
         await self._router.register.remote(self._replica_id, self._registration)
         self._heartbeat = asyncio.create_task(self._report_forever())
-        logger.info("engine replica %s ready (%s)", self._replica_id, self._args.engine.kind)
+        logger.info("engine replica %s of %s ready (%s)", self._replica_id, self._model.id, self._spec.kind)
 
     def _kv_registration(self) -> dict[str, Any]:
         """Where the router subscribes to this replica's KV events (None: it learns approximately)."""
         ports = getattr(self._engine, "kv_event_ports", lambda: None)()
         if ports is None:
-            return {"kv_endpoint": None, "replay_endpoint": None}
+            return {"kv_endpoint": None, "replay_endpoint": None, "model": self._model.id}
         import ray
 
         host = ray.util.get_node_ip_address()
-        return {"kv_endpoint": f"tcp://{host}:{ports[0]}", "replay_endpoint": f"tcp://{host}:{ports[1]}"}
+        return {
+            "kv_endpoint": f"tcp://{host}:{ports[0]}",
+            "replay_endpoint": f"tcp://{host}:{ports[1]}",
+            "model": self._model.id,
+        }
 
     async def _report_forever(self) -> None:
         while True:
@@ -148,7 +163,7 @@ class EngineReplica:
         self._admitted(request, route)
         first = True
         sent_at = 0.0
-        budget = self._args.engine.max_chunks_per_s
+        budget = self._spec.max_chunks_per_s
         try:
             ended = False
             while not ended:
@@ -182,7 +197,7 @@ class EngineReplica:
     # -- load signals: Prometheus (through Ray) and Serve's autoscaler ---------------------------------------
     def _admitted(self, request: PreprocessedRequest, route: RouteDecision | None) -> None:
         self._signals.started(request.request_id)
-        expected_cached = route.overlap_blocks * self._args.engine.block_size if route else 0
+        expected_cached = route.overlap_blocks * self._spec.block_size if route else 0
         self._prefill.admitted(request.request_id, len(request.token_ids) - expected_cached)
         self._set_load_gauges(request.model)
 
@@ -215,6 +230,7 @@ class EngineReplica:
         s = self._engine.stats()
         return {
             "replica_id": self._replica_id,
+            "model": self._model.id,
             "active": s.active,
             "started": s.started,
             "aborted": s.aborted,

@@ -103,23 +103,32 @@ class Ingress:
         args: dict[str, Any],
         preprocessor: DeploymentHandle,
         router: DeploymentHandle,
-        engine: DeploymentHandle,
+        engine: DeploymentHandle | dict[str, DeploymentHandle],  # per catalog model id (one: the single form)
         response_store: DeploymentHandle | None = None,
     ) -> None:
         config = ServeArgs.from_any(args)
         auth.configure(config.api_keys)
         limits.configure(config.limits, config.state)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
-        tokenizer = load_tokenizer(str(config.model.resolve_path()))
-        # The tokenizer's special tokens, read once; the log names those the configured parsers get to see.
-        special_tokens(tokenizer).kept(config.model.reasoning_parser, config.model.tool_call_parser)
+        catalog = Catalog(config.catalog())
+        # One tokenizer per checkpoint (models that share weights share it), read once at start.
+        by_path: dict[str, Any] = {}
+        tokenizers: dict[str, Any] = {}
+        for m in catalog.models:
+            path = str(m.resolve_path())
+            if path not in by_path:
+                by_path[path] = load_tokenizer(path)
+            tokenizers[m.id] = by_path[path]
+            # The tokenizer's special tokens, read once; the log names those the configured parsers get to see.
+            special_tokens(tokenizers[m.id]).kept(m.reasoning_parser, m.tool_call_parser)
+        tokenizer = tokenizers[catalog.default.id]
         self._ctx = IngressContext(
             args=config,
-            catalog=Catalog([config.model]),
+            catalog=catalog,
             tokenizer=tokenizer,
             path=RequestPath(
                 config, preprocessor=preprocessor, router=router, engine=engine, tokenizer=tokenizer,
-                kept=open_kept_turns(config.kept_turns, config.state),
+                kept=open_kept_turns(config.kept_turns, config.state), tokenizers=tokenizers,
             ),
             preprocessor=preprocessor,
         )
@@ -183,9 +192,11 @@ class Ingress:
     @app.post("/v1/tokenize")
     async def tokenize(self, request: Request) -> JSONResponse:
         body = await parse_body(request, TokenizeRequest)
-        model = self._ctx.catalog.resolve(body.model) if body.model else self._ctx.args.model
+        catalog = self._ctx.catalog
+        served = catalog.lookup(body.model) if body.model else catalog.lookup(catalog.default.id)
+        model = served.model
         if body.prompt is not None:
-            tokens = await self._ctx.preprocessor.tokenize_text.remote(body.prompt, body.add_special_tokens)
+            tokens = await self._ctx.preprocessor.tokenize_text.remote(body.prompt, body.add_special_tokens, served.id)
         else:
             try:
                 chat = chat_completions.ChatCompletionRequest.model_validate(
@@ -195,22 +206,23 @@ class Ingress:
                 raise RequestError("invalid_request", describe_validation(exc.errors())) from exc
             gen = chat_completions.decode(chat, request_id="tokenize", model=model.id)
             tokens = await self._ctx.preprocessor.render_tokens.remote(
-                gen.conversation, dict(body.chat_template_kwargs or {}), body.add_generation_prompt
+                gen.conversation, dict(body.chat_template_kwargs or {}), body.add_generation_prompt, None, served.id
             )
-        strs = self._ctx.tokenizer.convert_ids_to_tokens(tokens) if body.return_token_strs else None
+        tokenizer = self._ctx.tokenizer_for(model)
+        strs = tokenizer.convert_ids_to_tokens(tokens) if body.return_token_strs else None
         return JSONResponse(tokenize_body(tokens, model.context_window, strs))
 
     @app.post("/detokenize")
     @app.post("/v1/detokenize")
     async def detokenize(self, request: Request) -> JSONResponse:
         body = await parse_body(request, DetokenizeRequest)
-        if body.model:
-            self._ctx.catalog.resolve(body.model)
-        vocab = len(self._ctx.tokenizer)
+        model = self._ctx.catalog.resolve(body.model) if body.model else self._ctx.catalog.default
+        tokenizer = self._ctx.tokenizer_for(model)
+        vocab = len(tokenizer)
         bad = [t for t in body.tokens if not 0 <= t < vocab]
         if bad:
             raise RequestError("invalid_request", f"token ids out of range: {bad[:5]}", param="tokens")
-        return JSONResponse(detokenize_body(self._ctx.tokenizer.decode(body.tokens)))
+        return JSONResponse(detokenize_body(tokenizer.decode(body.tokens)))
 
     # -- operations -----------------------------------------------------------
     # Claude Code's and Codex's connectivity probes: 200 at once, with or without a key, saying nothing more.

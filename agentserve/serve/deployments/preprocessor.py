@@ -1,4 +1,8 @@
-"""Preprocessor deployment: rendering and tokenization, scaled on CPU apart from the ingress."""
+"""Preprocessor deployment: rendering and tokenization, scaled on CPU apart from the ingress.
+
+One replica serves every catalog model: it holds one Preprocessor (tokenizer, chat template, replay policy) per
+model and finds a request's by its served id (a model's id, or one of its LoRA adapters' ids) in one dict lookup.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from ray import serve
 from agentserve.config import ServeArgs
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest
+from agentserve.protocol.errors import RequestError
 from agentserve.serve.ray_metrics import start_export
 from agentserve.state.kept_turns import open_kept_turns
 
@@ -18,14 +23,30 @@ class PreprocessorReplica:
     def __init__(self, args: dict[str, Any]) -> None:
         a = ServeArgs.from_any(args)
         start_export()  # this process's agentserve metrics -> Ray's metrics agent
-        self._pre = Preprocessor(
-            a.model, str(a.model.resolve_path()), a.engine.block_size, sort_tools=a.normalize_sort_tools,
-            clamp_max_tokens=a.clamp_max_tokens,
-            kept=open_kept_turns(a.kept_turns, a.state),
-        )
+        kept = open_kept_turns(a.kept_turns, a.state)
+        catalog = a.catalog()
+        # served id -> (that model's preprocessor, the adapter id or None); the first model answers unnamed calls
+        self._served: dict[str, tuple[Preprocessor, str | None]] = {}
+        for m in catalog:
+            assert m.engine is not None  # catalog() fills it in
+            pre = Preprocessor(
+                m, str(m.resolve_path()), m.engine.block_size, sort_tools=a.normalize_sort_tools,
+                clamp_max_tokens=a.clamp_max_tokens, kept=kept,
+            )
+            self._served[m.id] = (pre, None)
+            self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)
+        self._default = catalog[0].id
+
+    def _for(self, served_id: str | None) -> tuple[Preprocessor, str | None]:
+        try:
+            return self._served[served_id or self._default]
+        except KeyError:  # the ingress resolves names first: only a caller that skipped it gets here
+            raise RequestError("not_found", f"model '{served_id}' is not served", param="model") from None
 
     def preprocess(self, request: GenerationRequest, scope: str = "") -> PreprocessedRequest:
-        return self._pre.preprocess(request, scope)
+        """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters')."""
+        pre, adapter = self._for(request.model)
+        return pre.preprocess(request, scope, adapter=adapter)
 
     def render_tokens(
         self,
@@ -33,10 +54,11 @@ class PreprocessorReplica:
         template_kwargs: dict[str, Any],
         add_generation_prompt: bool,
         thinking: bool | None = None,  # the request's thinking switch, so counts match generation
+        model: str | None = None,  # the served id (None: the default model)
     ) -> list[int]:
-        return self._pre.render(
+        return self._for(model)[0].render(
             conversation, template_kwargs, add_generation_prompt=add_generation_prompt, thinking=thinking
         ).token_ids
 
-    def tokenize_text(self, text: str, add_special_tokens: bool) -> list[int]:
-        return self._pre.tokenize_text(text, add_special_tokens)
+    def tokenize_text(self, text: str, add_special_tokens: bool, model: str | None = None) -> list[int]:
+        return self._for(model)[0].tokenize_text(text, add_special_tokens)

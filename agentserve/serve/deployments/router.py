@@ -1,6 +1,8 @@
 """Router deployment: picks the engine replica for each preprocessed request (agentserve.routing.KvRouter).
 
-One replica holds the index in memory; it subscribes to each engine replica's KV event publisher as
+One replica serves every catalog model, with a prefix index, load view and admission queue per model
+(agentserve.routing.CatalogRouter): an engine replica registers under its model, a request is routed among its
+model's replicas only. It holds the indexes in memory; it subscribes to each engine replica's KV event publisher as
 the replica registers, and relearns everything from registrations and events after a restart.
 Engine replicas that Serve adds or removes (autoscaling, the dashboard) register and deregister
 themselves; ones that die stop heartbeating, are reported by the ingress, and leave the index.
@@ -15,20 +17,23 @@ from typing import Any
 
 from ray import serve
 
-from agentserve.config import ServeArgs
+from agentserve.config import ModelSpec, ServeArgs
 from agentserve.protocol import RouteDecision, RouteRequest
+from agentserve.routing.catalog_router import CatalogRouter
 from agentserve.routing.cost import CostConfig
-from agentserve.routing.kv_router import KvRouter, RouterConfig
+from agentserve.routing.kv_router import RouterConfig
 from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset
 
 logger = logging.getLogger("ray.serve")
 
 
-def router_config(args: ServeArgs) -> RouterConfig:
+def router_config(args: ServeArgs, model: ModelSpec | None = None) -> RouterConfig:
+    """The router settings for one catalog model's replicas (its engine's block size; None: the default model)."""
     r = args.router
+    engine = (model or args.catalog()[0]).engine or args.engine
     return RouterConfig(
         cost=CostConfig(
-            block_size=args.engine.block_size,
+            block_size=engine.block_size,
             overlap_weight=r.overlap_weight,
             temperature=r.temperature,
             default_osl=r.default_osl,
@@ -54,7 +59,7 @@ class RouterReplica:
 
     def __init__(self, args: dict[str, Any]) -> None:
         self._args = ServeArgs.from_any(args)
-        self._router = KvRouter(router_config(self._args))
+        self._router = CatalogRouter.from_configs({m.id: router_config(self._args, m) for m in self._args.catalog()})
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
         self._subscriber = (
@@ -107,11 +112,14 @@ class RouterReplica:
         info = info or {}
         endpoint = info.get("kv_endpoint")
         events = self._subscriber is not None and endpoint is not None
-        self._router.register(replica_id, events=events)
+        self._router.register(replica_id, info.get("model"), events=events)
         if events:
             self._endpoints[replica_id] = endpoint
             self._subscriber.add(replica_id, endpoint, info.get("replay_endpoint"))
-        logger.info("engine replica %s joined the router (%s)", replica_id, endpoint or "approximate index")
+        logger.info(
+            "engine replica %s of %s joined the router (%s)",
+            replica_id, self._router.model_of(replica_id), endpoint or "approximate index",
+        )
 
     async def heartbeat(self, replica_id: str, running: list[str] | None = None) -> bool:
         """Liveness plus lease renewal for the requests the replica still runs. False: unknown replica
@@ -120,14 +128,14 @@ class RouterReplica:
         self._calls["heartbeat"] += 1
         known = self._router.heartbeat(replica_id)
         if known and running:
-            self._router.renew(running)
+            self._router.renew(replica_id, running)
         self._housekeeping()
         return known
 
     async def report(self, replica_id: str, first_tokens: list[str], finished: list[str]) -> None:
         """An engine replica's batched request signals (first token, ended): never on a request's critical path."""
         self._calls["report"] += 1
-        self._router.report(first_tokens, finished)
+        self._router.report(replica_id, first_tokens, finished)
 
     async def deregister(self, replica_id: str) -> None:
         self._router.remove(replica_id)
@@ -151,14 +159,15 @@ class RouterReplica:
         self._drain()
         return self._router.route_to(request, replica_id)
 
-    async def release(self, request_id: str) -> None:
+    async def release(self, request_id: str, model: str | None = None) -> None:
         """The ingress's release for a request the engine never started (client gone, error before the stream)."""
         self._calls["release"] += 1
-        self._router.release(request_id)
+        self._router.release(request_id, model)
 
     # -- introspection -------------------------------------------------------------
-    async def replicas(self) -> dict[str, int]:
-        return {r: v["in_flight"] for r, v in self._router.snapshot().items()}
+    async def replicas(self, model: str | None = None) -> dict[str, int]:
+        """In-flight requests per engine replica (of one model, or of all)."""
+        return {r: v["in_flight"] for r, v in self._router.snapshot().items() if model in (None, v["model"])}
 
     async def stats(self) -> dict[str, Any]:
         self._drain()
@@ -171,12 +180,14 @@ class RouterReplica:
             "counters": dict(self._router.counters),
             "calls": dict(self._calls),
             "events": dict(self._subscriber.stats) if self._subscriber else {},
+            "models": self._router.model_stats(),
         }
 
     async def set_policy(self, mode: str) -> None:
         """Benchmarks only: switch kv / approx / least_loaded / round_robin without redeploying."""
         self._router.set_mode(mode)  # type: ignore[arg-type]
 
-    async def overlaps(self, block_hashes: list[int]) -> dict[str, int]:
+    async def overlaps(self, block_hashes: list[int], model: str | None = None) -> dict[str, int]:
+        """Cached prefix blocks per replica of `model` (None: the default model)."""
         self._drain()
-        return self._router.overlaps(block_hashes)
+        return self._router.overlaps(block_hashes, model)

@@ -92,8 +92,8 @@ class AnthropicMessagesHandler:
             metrics.PREAMBLE_STRIPPED.labels(endpoint).inc()
         return conversation
 
-    async def _count(self, conversation: Conversation, thinking: bool | None) -> int:
-        tokens = await self._ctx.preprocessor.render_tokens.remote(conversation, {}, True, thinking)
+    async def _count(self, conversation: Conversation, thinking: bool | None, served_id: str) -> int:
+        tokens = await self._ctx.preprocessor.render_tokens.remote(conversation, {}, True, thinking, served_id)
         return len(tokens)
 
     # -- POST /v1/messages ----------------------------------------------------------------------
@@ -102,12 +102,12 @@ class AnthropicMessagesHandler:
         status, model_name = 200, "unknown"
         try:
             body = await self._body(request, anthropic.MessagesRequest)
-            model = self._ctx.catalog.resolve(body.model)
-            model_name = model.id
+            served = self._ctx.catalog.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+            model, model_name = served.model, served.id
             gen = anthropic.decode(
                 body,
                 request_id=self._ctx.request_id(),
-                model=model.id,
+                model=served.id,
                 signer=self._signer,
                 session_id=request.headers.get("x-claude-code-session-id"),
             )
@@ -156,10 +156,11 @@ class AnthropicMessagesHandler:
         status, model_name = 200, "unknown"
         try:
             body = await self._body(request, anthropic.CountTokensRequest)
-            model = self._ctx.catalog.resolve(body.model)
-            model_name = model.id
+            served = self._ctx.catalog.lookup(body.model)
+            model_name = served.id
             conversation = self._strip(anthropic.conversation(body, self._signer), "count_tokens")
-            return JSONResponse({"input_tokens": await self._count(conversation, anthropic.thinking_switch(body))})
+            count = await self._count(conversation, anthropic.thinking_switch(body), served.id)
+            return JSONResponse({"input_tokens": count})
         except RequestError as err:
             status = anthropic_errors.status(err)
             raise
@@ -172,8 +173,8 @@ class AnthropicMessagesHandler:
         return "anthropic-version" in request.headers
 
     def _entries(self) -> list[tuple[str, ModelSpec]]:
-        spec = self._ctx.args.model
-        return [(name, spec) for name in spec.names()]
+        """Every served name of every catalog model (ids, aliases, LoRA adapters), in catalog order."""
+        return [(name, served.model) for name, served in self._ctx.catalog.entries()]
 
     def list_models(self, request: Request) -> JSONResponse:
         q = request.query_params

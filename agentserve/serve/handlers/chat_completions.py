@@ -49,10 +49,10 @@ class ChatCompletionsHandler:
         status, model_name = 200, "unknown"
         try:
             body = await parse_body(request, chat_completions.ChatCompletionRequest)
-            model = self._ctx.catalog.resolve(body.model)
-            model_name = model.id
+            served = self._ctx.catalog.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+            model, model_name = served.model, served.id
             rid = self._ctx.request_id()
-            gen = chat_completions.decode(body, request_id=rid, model=model.id)
+            gen = chat_completions.decode(body, request_id=rid, model=served.id)
             gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
             choice = gen.conversation.tool_choice
             options = ParseOptions(

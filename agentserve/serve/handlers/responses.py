@@ -119,13 +119,14 @@ class ResponsesHandler:
     ) -> PreparedResponse:
         """Decode `body` (with the items `previous_response_id` names: `recall`, e.g. a WebSocket connection's own
         responses, first, then the store) and build its encoder."""
-        model = self._ctx.catalog.resolve(body.model)
+        served = self._ctx.catalog.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+        model = served.model
         owner = caller_scope()
         history = await self._history(body, owner, recall)
         decoded = responses.decode(
             body,
             request_id=self._ctx.request_id(),
-            model=model.id,
+            model=served.id,
             sealer=self._sealer,
             history=history,
             session_id=headers.get("session_id") or headers.get("session-id"),
@@ -140,14 +141,15 @@ class ResponsesHandler:
                 body.parallel_tool_calls,
                 [getattr(t, "name", t.type) for t in body.tools or []],
             )
+        tokenizer = self._ctx.tokenizer_for(model)
         encoder = responses.ResponsesEncoder(
             response_id=responses.new_id("resp"),
             request=body,
             model_name=body.model,
-            model_id=model.id,
+            model_id=served.id,
             tool_kinds=decoded.tool_kinds,
             sealer=self._sealer,
-            count_tokens=lambda text: len(self._ctx.tokenizer.encode(text, add_special_tokens=False)) if text else 0,
+            count_tokens=lambda text: len(tokenizer.encode(text, add_special_tokens=False)) if text else 0,
             namespaces=decoded.namespaces,
             sse=sse,
         )
@@ -171,7 +173,7 @@ class ResponsesHandler:
                     "invalid_request", "generate: false is only accepted over the WebSocket transport", param="generate"
                 )
             prep = await self.prepare(body, request.headers)
-            model_name = prep.model.id
+            model_name = prep.gen.model
             encoder = prep.encoder
             store = body.store is not False and self._store is not None
             async with self._ctx.begin(request, prep.gen, prep.model, prep.options, api="responses", arrived=arrived) as life:
@@ -207,10 +209,10 @@ class ResponsesHandler:
         tokenizer and template (tools, instructions and `previous_response_id` included)."""
         body = await parse_body(request, responses.InputTokensRequest)
         if body.model is None:
-            body = body.model_copy(update={"model": self._ctx.args.model.id})
+            body = body.model_copy(update={"model": self._ctx.catalog.default.id})
         prep = await self.prepare(body, request.headers)
         tokens = await self._ctx.preprocessor.render_tokens.remote(
-            prep.gen.conversation, dict(prep.gen.template_kwargs), True, prep.gen.thinking
+            prep.gen.conversation, dict(prep.gen.template_kwargs), True, prep.gen.thinking, prep.gen.model
         )
         return JSONResponse({"object": "response.input_tokens", "input_tokens": len(tokens)})
 

@@ -157,7 +157,7 @@ class ResponsesSocket:
                     return remembered.get(response_id)
 
                 prep = await self._handler.prepare(body, ws.headers, sse=False, recall=recall)
-                model_name = prep.model.id
+                model_name = prep.gen.model
                 await self._run(ws, prep, remembered, arrived)
             except RequestError as err:
                 status = err.status
