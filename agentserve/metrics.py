@@ -78,11 +78,12 @@ QUEUE_TIME = Histogram(
     ["model", "stage"], buckets=_LATENCY_BUCKETS, registry=REGISTRY,
 )
 ROUTE_DECISIONS = Counter(
-    "agentserve_route_decisions_total", "Engine replica choices by the router's reason", ["reason"],
+    "agentserve_route_decisions_total", "Engine replica choices by model and the router's reason", ["model", "reason"],
     registry=REGISTRY,
 )
 ROUTE_OVERLAP = Histogram(
-    "agentserve_route_overlap_blocks", "Prefix blocks the router expected the chosen replica to have cached", [],
+    "agentserve_route_overlap_blocks", "Prefix blocks the router expected the chosen replica to have cached",
+    ["model"],
     buckets=(0, 1, 4, 16, 64, 256, 1024, 4096, 16384), registry=REGISTRY,
 )
 PARSER_ERRORS = Counter(

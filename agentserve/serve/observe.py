@@ -45,8 +45,8 @@ def observe_prefix(model: str, report: PrefixReport | None) -> None:
 
 def observe_route(route: RouteDecision, waited_s: float, model: str) -> None:
     metrics.QUEUE_TIME.labels(model, "route").observe(waited_s)
-    metrics.ROUTE_DECISIONS.labels(route.reason).inc()
-    metrics.ROUTE_OVERLAP.observe(route.overlap_blocks)
+    metrics.ROUTE_DECISIONS.labels(model, route.reason).inc()
+    metrics.ROUTE_OVERLAP.labels(model).observe(route.overlap_blocks)
 
 
 class StreamObserver:
