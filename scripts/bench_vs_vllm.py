@@ -733,6 +733,8 @@ def main() -> int:
     ap.add_argument("--requests-per-stream-high", type=int, default=1, help="requests per stream at c > 8")
     ap.add_argument("--settle-s", type=float, default=3.0, help="wait after SIGCONT before the probe request")
     ap.add_argument("--no-pause", action="store_true", help="leave idle contenders running instead of SIGSTOP")
+    ap.add_argument("--direct-ingress", action="store_true",
+                    help="graph clients talk to the ingress replica's own port (Serve direct ingress), not the proxy")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, short phases, 16 tokens; writes "
                     "to /tmp unless --out-json/--out-png are given")
     ap.add_argument("--startup-timeout", type=float, default=420.0)
@@ -778,6 +780,10 @@ def main() -> int:
 
             ray_tmp = Path(tempfile.mkdtemp(prefix="rv_", dir="/tmp"))
             genv = {**env, "RAY_TMPDIR": str(ray_tmp)}
+            if a.direct_ingress:  # the one ingress replica gets the only port of Serve's direct-ingress range
+                port = free_port()
+                genv.update(RAY_SERVE_ENABLE_DIRECT_INGRESS="1", RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=str(port),
+                            RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=str(port + 1))
             argv = make_serve_argv(tmp / "serve_config.yaml")
             servers.append(Server("graph", argv, port, tmp / "graph.log", genv))
         elif name == "vllm":
@@ -814,6 +820,8 @@ def main() -> int:
             "thread_cpu_affinity": {s.name: omp_report(s.tree()) for s in servers},
             "startup_s_alone": {s.name: s.ready_s for s in servers},
             "graph_command": servers[names.index("graph")].argv if "graph" in names else None,
+            "graph_clients_connect_to": "the ingress replica (Serve direct ingress)" if a.direct_ingress
+                                        else "Serve's HTTP proxy",
         }
         result = {
             "benchmark": "agentserve graph vs vllm serve" + (" vs Ray Serve LLM" if "rayllm" in names else ""),

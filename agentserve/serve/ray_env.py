@@ -41,9 +41,13 @@ def apply(environ: MutableMapping[str, str] | None = None) -> None:
         env.setdefault(key, value)
 
 
-def shell_assignments() -> str:
-    """`K=V K=V …` for a Makefile or a shell: `env $(python -m agentserve.serve.ray_env) serve run …`."""
-    return " ".join(f"{k}={v}" for k, v in SERVE_ENV.items())
+def shell_assignments(environ: MutableMapping[str, str] | None = None) -> str:
+    """`K=V K=V …` for a Makefile or a shell: `env $(python -m agentserve.serve.ray_env) serve run …`; a variable
+    already set in the environment keeps its value, as in `apply`."""
+    env = dict(SERVE_ENV)
+    apply_to = os.environ if environ is None else environ
+    env.update({k: apply_to[k] for k in SERVE_ENV if k in apply_to})
+    return " ".join(f"{k}={v}" for k, v in env.items())
 
 
 if __name__ == "__main__":
