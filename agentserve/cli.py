@@ -1,4 +1,4 @@
-"""The `agentserve` command: prepare-model, serve, doctor."""
+"""The `agentserve` command: prepare-model, prepare-adapter, serve, doctor."""
 
 from __future__ import annotations
 
@@ -8,6 +8,13 @@ import logging
 import os
 import sys
 from pathlib import Path
+
+
+def _prepare_adapter(ns: argparse.Namespace) -> int:
+    from agentserve.prepare_adapter import prepare_adapter
+
+    print(prepare_adapter(out_dir=Path(ns.out_dir) if ns.out_dir else None, force=ns.force))
+    return 0
 
 
 def _prepare_model(ns: argparse.Namespace) -> int:
@@ -104,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=_prepare_model)
+
+    a = sub.add_parser("prepare-adapter", help="train the embedded model's demo LoRA adapter (smollm2-pirate)")
+    a.add_argument("--out-dir", default=None)
+    a.add_argument("--force", action="store_true")
+    a.set_defaults(func=_prepare_adapter)
 
     s = sub.add_parser("serve", help="deploy a Serve config (like `serve run`) and block")
     s.add_argument("config", nargs="?", default="serve_config.yaml")
