@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Protocol
 
-from agentserve.config import ModelSpec, ServeArgs
+from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
 from agentserve.protocol import EngineDelta, PreprocessedRequest
 
 
@@ -27,7 +27,33 @@ class Engine(Protocol):
 
     def stats(self) -> EngineStats: ...
 
+    async def load_adapter(self, adapter: LoraAdapterSpec) -> bool:
+        """Serve a LoRA adapter under its id from now on; False if it was already loaded (same path).
+        ValueError with the reason if it cannot be loaded."""
+        ...
+
+    def adapters(self) -> tuple[LoraAdapterSpec, ...]:
+        """The LoRA adapters this engine serves (declared ones first, in catalog order)."""
+        ...
+
     async def shutdown(self) -> None: ...
+
+
+def already_loaded(known: LoraAdapterSpec, adapter: LoraAdapterSpec) -> bool:
+    """Loading an adapter id again is a no-op (False) from the same path, an error from another: requests and
+    cached prefixes under that id would otherwise silently change weights."""
+    if known.path != adapter.path:
+        raise ValueError(f"LoRA adapter {adapter.id!r} is already loaded from {known.path}; load {adapter.path} "
+                         "under a new id")
+    return False
+
+
+def unknown_adapter(request: PreprocessedRequest, loaded: tuple[str, ...]) -> EngineDelta:
+    """The reply to a request naming an adapter this engine does not hold: an error, never a hang."""
+    return EngineDelta(
+        token_ids=[], finish_reason="error", prompt_tokens=request.prompt_tokens, num_cached_tokens=0,
+        error=f"LoRA adapter {request.adapter!r} is not loaded on this engine (loaded: {', '.join(loaded) or 'none'})",
+    )
 
 
 def make_engine(args: ServeArgs, model: ModelSpec, model_path: Path) -> Engine:
@@ -37,10 +63,13 @@ def make_engine(args: ServeArgs, model: ModelSpec, model_path: Path) -> Engine:
     if spec.kind == "scripted":
         from agentserve.engines.scripted import ScriptedEngine
 
-        return ScriptedEngine.from_spec(spec, model_path, reasoning_markers=markers)
+        return ScriptedEngine.from_spec(spec, model_path, reasoning_markers=markers, adapters=model.adapters)
     from agentserve.engines.vllm import VllmEngine
 
-    return VllmEngine(spec, model_path, context_window=model.context_window, reasoning_markers=markers)
+    return VllmEngine(
+        spec, model_path, context_window=model.context_window, reasoning_markers=markers,
+        adapters=model.adapters, max_lora_rank=model.max_lora_rank,
+    )
 
 
 def reasoning_markers(model: ModelSpec | ServeArgs) -> tuple[str, str] | None:

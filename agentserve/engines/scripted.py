@@ -3,6 +3,10 @@
 It replays scripted raw model output through the real tokenizer, token by token, and models vLLM's
 block prefix cache (engines/scripted_cache.py: prompt and generated blocks, LRU, prefill cost per
 uncached token) so that `num_cached_tokens` and KV events behave as vLLM's. It stands in for the engine only.
+
+LoRA adapters are ids it holds (declared, or loaded at run time; it reads no weights): a request under an adapter
+caches and hits blocks of that adapter only, and a rule naming an adapter answers only under it, so a test sees
+which adapter answered.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
 
-from agentserve.config import EngineSpec, ScriptedCache, ScriptRule
-from agentserve.engines.base import EngineStats
+from agentserve.config import EngineSpec, LoraAdapterSpec, ScriptedCache, ScriptRule
+from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
 from agentserve.engines.scripted_cache import PrefixCache
 from agentserve.kv_events.publisher import KvEventPublisher
 from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
@@ -82,8 +86,12 @@ class ScriptedEngine:
         decode: Callable[[list[int]], str] | None = None,
         grammar: Callable[[str], Any] | None = None,
         reasoning_markers: tuple[str, str] | None = None,
+        adapters: tuple[LoraAdapterSpec, ...] = (),
     ) -> None:
         self._rules = rules
+        self._adapters: dict[str, tuple[LoraAdapterSpec, int]] = {}  # id -> (spec, int id as vLLM numbers them)
+        for adapter in adapters:
+            self._add(adapter)
         self._encode = encode
         self._decode = decode  # needed only to honour stop strings
         self._grammar = grammar  # structural tag -> compiled xgrammar grammar, to honour constraints
@@ -101,7 +109,12 @@ class ScriptedEngine:
 
     @classmethod
     def from_spec(
-        cls, spec: EngineSpec, model_path: Path, *, reasoning_markers: tuple[str, str] | None = None
+        cls,
+        spec: EngineSpec,
+        model_path: Path,
+        *,
+        reasoning_markers: tuple[str, str] | None = None,
+        adapters: tuple[LoraAdapterSpec, ...] = (),
     ) -> "ScriptedEngine":
         from transformers import AutoTokenizer
 
@@ -116,6 +129,7 @@ class ScriptedEngine:
             decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
             grammar=_grammar_compiler(tok),
             reasoning_markers=reasoning_markers,
+            adapters=adapters,
         )
 
     async def start(self) -> None:
@@ -134,9 +148,25 @@ class ScriptedEngine:
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted, len(self._cache))
 
-    def _reply_tokens(self, match_text: str, structural_tag: str | None = None) -> tuple[list[int], float] | None:
-        """The first matching rule's reply; under a constraint, the first matching reply the grammar accepts
-        (None: no rule's reply does), as a constrained engine could only have produced such a reply."""
+    def _add(self, adapter: LoraAdapterSpec) -> bool:
+        known = self._adapters.get(adapter.id)
+        if known is not None:
+            return already_loaded(known[0], adapter)
+        self._adapters[adapter.id] = (adapter, len(self._adapters) + 1)
+        return True
+
+    async def load_adapter(self, adapter: LoraAdapterSpec) -> bool:
+        return self._add(adapter)
+
+    def adapters(self) -> tuple[LoraAdapterSpec, ...]:
+        return tuple(spec for spec, _ in self._adapters.values())
+
+    def _reply_tokens(
+        self, match_text: str, structural_tag: str | None = None, adapter: str | None = None
+    ) -> tuple[list[int], float] | None:
+        """The first matching rule's reply (rules naming an adapter match under that adapter only); under a
+        constraint, the first matching reply the grammar accepts (None: no rule's reply does), as a constrained
+        engine could only have produced such a reply."""
         if structural_tag is not None and self._grammar is None:
             raise ValueError("this scripted engine has no grammar compiler: it cannot honour constraints")
         grammar = self._grammar(structural_tag) if structural_tag is not None else None
@@ -200,7 +230,14 @@ class ScriptedEngine:
         finished = False
         kv = None
         try:
-            found = self._reply_tokens(request.match_text, request.structural_tag)
+            lora = None
+            if request.adapter is not None:
+                if request.adapter not in self._adapters:
+                    yield unknown_adapter(request, tuple(self._adapters))
+                    finished = True
+                    return
+                lora = (request.adapter, self._adapters[request.adapter][1])
+            found = self._reply_tokens(request.match_text, request.structural_tag, request.adapter)
             if found is None:
                 yield EngineDelta(
                     token_ids=[], finish_reason="error", prompt_tokens=request.prompt_tokens, num_cached_tokens=0,
@@ -218,7 +255,7 @@ class ScriptedEngine:
                 ids = ids[: stop_at + 1]  # the stop string ends the turn: nothing after it is generated
             limit = request.max_tokens
             out = ids[:limit]
-            kv = self._cache.admit(request.token_ids, request.block_hashes, out)
+            kv = self._cache.admit(request.token_ids, request.block_hashes, out, lora)
             cached = kv.cached_tokens
             prefill_ms = (request.prompt_tokens - cached) * self._cache_spec.prefill_ms_per_token
             if prefill_ms > 0:

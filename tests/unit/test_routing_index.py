@@ -24,8 +24,8 @@ BS = 4
 
 def stored(hashes, parent, tokens, **kw) -> BlockStored:
     return BlockStored(
-        block_hashes=hashes, parent_block_hash=parent, token_ids=tokens, block_size=BS, lora_id=None,
-        medium="GPU", lora_name=None, **kw,
+        block_hashes=hashes, parent_block_hash=parent, token_ids=tokens, block_size=BS,
+        **{"lora_id": None, "medium": "GPU", "lora_name": None, **kw},
     )
 
 
@@ -100,7 +100,21 @@ def test_unkeyable_blocks_are_skipped_not_guessed():
     assert ev.apply("a", [stored([b"y"], None, tokens[:4], extra_keys=[("salt",)])]).skipped == 1
     assert ev.apply("a", [stored([b"z"], None, tokens[:3])]).skipped == 1  # partial block
     assert ev.apply("a", [stored([b"w"], None, tokens[:4], group_idx=1)]).skipped == 1
+    # A LoRA block salted as well: its key is more than the adapter's name.
+    assert ev.apply("a", [stored([b"v"], None, tokens[:4], lora_name="p", extra_keys=[("p", "salt")])]).skipped == 1
     assert ev.index.size("a") == 0
+
+
+def test_lora_blocks_are_keyed_under_their_adapter():
+    """vLLM publishes a LoRA request's blocks with its name as lora_name and as each block's extra key."""
+    tokens = list(range(8))
+    ev = EventIndex(BS)
+    ev.add_replica("a")
+    run = stored([b"p1", b"p2"], None, tokens, lora_id=1, lora_name="pirate", extra_keys=[["pirate"], ["pirate"]])
+    assert ev.apply("a", [run]).stored == 2
+    assert ev.index.overlaps(block_hashes(tokens, BS, "pirate")) == {"a": 2}
+    assert ev.index.overlaps(block_hashes(tokens, BS)) == {}
+    assert ev.index.overlaps(block_hashes(tokens, BS, "poet")) == {}
 
 
 def test_approx_index_ttl_and_cap():

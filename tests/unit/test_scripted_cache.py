@@ -69,3 +69,37 @@ def test_eviction_takes_a_finished_sequence_tail_first():
     removed = [h for e in events if not isinstance(e, BlockStored) for h in e.block_hashes]
     assert removed == [block_hashes(a + [5, 6], 2)[-1]]
     assert cache.admit(a + [5, 6, 0], block_hashes(a + [5, 6, 0], 2), []).cached_tokens == 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    bs=st.integers(1, 8),
+    prompt=tokens.filter(lambda p: len(p) > 8),
+    output=tokens,
+    first=st.sampled_from([None, "pirate", "poet"]),
+    second=st.sampled_from([None, "pirate", "poet"]),
+)
+def test_blocks_cached_under_one_adapter_are_hits_for_that_adapter_only(bs, prompt, output, first, second):
+    """The cache and the router's index (fed the engine's KV events, which name the LoRA as vLLM's do) count a
+    prefix cached under adapter `first` as a hit under `first` alone."""
+    events: list[KvEvent] = []
+    cache = PrefixCache(10_000, bs, events.extend)
+    lora = {None: None, "pirate": ("pirate", 1), "poet": ("poet", 2)}
+    kv = cache.admit(prompt, block_hashes(prompt, bs, first), output, lora[first])
+    kv.compute(len(prompt))
+    for i in range(1, len(output)):
+        kv.compute(len(prompt) + i)
+    kv.free()
+    stored = [e for e in events if isinstance(e, BlockStored)]
+    assert stored and all(e.lora_name == first for e in stored)
+
+    again = prompt + output
+    hit = cache.admit(again, block_hashes(again, bs, second), [], lora[second]).cached_tokens
+    index = EventIndex(bs)
+    index.add_replica("r")
+    index.apply("r", events)
+    seen = index.index.overlaps(block_hashes(again, bs, second)).get("r", 0)
+    if first == second:
+        assert hit > 0 and seen == (len(prompt) + max(len(output) - 1, 0)) // bs
+    else:
+        assert hit == 0 and seen == 0

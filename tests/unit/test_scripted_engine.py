@@ -1,7 +1,9 @@
 import asyncio
 import time
 
-from agentserve.config import EngineSpec
+import pytest
+
+from agentserve.config import EngineSpec, LoraAdapterSpec
 from agentserve.engines.scripted import ScriptedEngine
 from agentserve.preprocess.block_hash import block_hashes
 from agentserve.protocol import PreprocessedRequest, SamplingParams
@@ -141,3 +143,36 @@ def test_agent_loop_turn_two_is_served_from_turn_one_prompt_and_output(model_pat
     finally:
         sub.close()
         asyncio.run(engine.shutdown())
+
+
+def _lora_req(tokens, adapter):
+    return PreprocessedRequest(
+        request_id="r", model="m", token_ids=tokens, block_hashes=block_hashes(tokens, 4, adapter),
+        sampling=SamplingParams(), max_tokens=100, match_text="x", adapter=adapter,
+    )
+
+
+def test_cached_prefixes_are_per_adapter():
+    spec = EngineSpec.model_validate({"kind": "scripted", "block_size": 4, "rules": [{"reply": "ok"}]})
+    e = ScriptedEngine(spec.rules, lambda t: [ord(c) for c in t], 0, 4, spec.cache,
+                       adapters=(LoraAdapterSpec(id="pirate", path="/p"), LoraAdapterSpec(id="poet", path="/q")))
+    a = list(range(1, 10))
+    assert _run(e, _lora_req(a, "pirate"))[0].num_cached_tokens == 0
+    assert _run(e, _lora_req(a, "pirate"))[0].num_cached_tokens == 8
+    assert _run(e, _lora_req(a, "poet"))[0].num_cached_tokens == 0
+    assert _run(e, _lora_req(a, None))[0].num_cached_tokens == 0
+    assert _run(e, _lora_req(a, None))[0].num_cached_tokens == 8
+
+
+def test_an_adapter_it_does_not_hold_is_an_error_until_loaded():
+    e = _engine()
+    out = _run(e, _lora_req([1] * 5, "pirate"))
+    assert len(out) == 1 and out[0].finish_reason == "error" and "'pirate' is not loaded" in out[0].error
+    assert e.stats().active == 0
+
+    assert asyncio.run(e.load_adapter(LoraAdapterSpec(id="pirate", path="/p"))) is True
+    assert asyncio.run(e.load_adapter(LoraAdapterSpec(id="pirate", path="/p"))) is False  # already there
+    with pytest.raises(ValueError, match="already loaded from /p"):  # re-pointing an id would change its weights
+        asyncio.run(e.load_adapter(LoraAdapterSpec(id="pirate", path="/other")))
+    assert [a.id for a in e.adapters()] == ["pirate"]
+    assert _run(e, _lora_req([1] * 5, "pirate"))[-1].finish_reason == "stop"

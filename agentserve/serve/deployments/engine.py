@@ -17,7 +17,7 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
 
 from agentserve import metrics
-from agentserve.config import ServeArgs
+from agentserve.config import LoraAdapterSpec, ServeArgs
 from agentserve.engines import make_engine
 from agentserve.protocol import EngineDelta, PreprocessedRequest, RouteDecision
 from agentserve.serve.autoscaling import PrefillTracker
@@ -224,6 +224,20 @@ class EngineReplica:
 
     def replica_id(self) -> str:
         return self._replica_id
+
+    async def load_adapter(self, adapter: dict[str, Any], route: RouteDecision | None = None) -> dict[str, Any]:
+        """Load a LoRA adapter ({id, path, aliases}) into this replica's engine at run time (the admin call does it
+        on every replica of the model: `route` pins the call to one). Says which replica answered, so the caller
+        can tell a pinned call from one Serve sent elsewhere, and the adapters it now serves; an adapter the engine
+        cannot load is an `error`, and the replica keeps serving."""
+        spec = LoraAdapterSpec.model_validate(adapter)
+        out: dict[str, Any] = {"replica_id": self._replica_id, "model": self._model.id}
+        try:
+            out["loaded"] = await self._engine.load_adapter(spec)
+        except ValueError as exc:
+            out["error"] = str(exc)
+        out["adapters"] = [a.id for a in self._engine.adapters()]
+        return out
 
     def stats(self, route: RouteDecision | None = None) -> dict[str, Any]:
         """`route` pins the call to one replica (engine_pinning.PinToChosenReplica), so each replica can be asked."""
