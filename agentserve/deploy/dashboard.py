@@ -27,13 +27,16 @@ class Panel:
 
 
 PANELS: tuple[Panel, ...] = (
-    Panel("Requests/s by API and status", "reqps",
-          (("sum by (api, status) (rate(ray_agentserve_requests_total" + RATE + "))", "{{api}} {{status}}"),)),
+    Panel("Requests/s by model, API and status", "reqps",
+          (("sum by (model, api, status) (rate(ray_agentserve_requests_total" + RATE + "))",
+            "{{model}} {{api}} {{status}}"),)),
     Panel("Time to first token (ingress)", "s",
           ((_q(0.5, "ray_agentserve_time_to_first_token_seconds"), "p50"),
            (_q(0.95, "ray_agentserve_time_to_first_token_seconds"), "p95"),
-           (_q(0.99, "ray_agentserve_time_to_first_token_seconds"), "p99")),
-          "Request arrival at the ingress to the first output token leaving the engine."),
+           (_q(0.99, "ray_agentserve_time_to_first_token_seconds"), "p99"),
+           (_q(0.95, "ray_agentserve_time_to_first_token_seconds", "model"), "p95 {{model}}")),
+          "Request arrival at the ingress to the first output token leaving the engine (all models, and p95 per "
+          "catalog model)."),
     Panel("Inter-token latency", "s",
           ((_q(0.5, "ray_agentserve_inter_token_latency_seconds"), "p50"),
            (_q(0.95, "ray_agentserve_inter_token_latency_seconds"), "p95"))),
@@ -55,10 +58,11 @@ PANELS: tuple[Panel, ...] = (
     Panel("Replicas per deployment", "short",
           (("count by (deployment) (ray_serve_deployment_replica_healthy == 1)", "{{deployment}}"),)),
     Panel("Router decisions/s", "ops",
-          (("sum by (reason) (rate(ray_agentserve_route_decisions_total" + RATE + "))", "{{reason}}"),)),
+          (("sum by (model, reason) (rate(ray_agentserve_route_decisions_total" + RATE + "))",
+            "{{model}} {{reason}}"),)),
     Panel("Router prefix overlap (blocks)", "short",
-          ((_q(0.5, "ray_agentserve_route_overlap_blocks"), "p50"),
-           (_q(0.95, "ray_agentserve_route_overlap_blocks"), "p95"))),
+          ((_q(0.5, "ray_agentserve_route_overlap_blocks", "model"), "p50 {{model}}"),
+           (_q(0.95, "ray_agentserve_route_overlap_blocks", "model"), "p95 {{model}}"))),
     Panel("Prefix stability: reuse ratio and divergences", "short",
           ((_q(0.5, "ray_agentserve_prefix_reuse_ratio"), "reuse p50"),
            ("sum by (cause) (rate(ray_agentserve_prefix_divergences_total" + RATE + "))", "divergence {{cause}}/s"))),
@@ -70,9 +74,9 @@ PANELS: tuple[Panel, ...] = (
            (_q(0.95, "ray_agentserve_tool_dispatch_lead_seconds"), "p95")),
           "How long before the end of the turn a complete tool call was announced to the client."),
     Panel("Tokens/s", "short",
-          (("sum (rate(ray_agentserve_prompt_tokens_total" + RATE + "))", "prompt"),
-           ("sum (rate(ray_agentserve_cached_prompt_tokens_total" + RATE + "))", "prompt (cached)"),
-           ("sum (rate(ray_agentserve_completion_tokens_total" + RATE + "))", "completion"))),
+          (("sum by (model) (rate(ray_agentserve_prompt_tokens_total" + RATE + "))", "prompt {{model}}"),
+           ("sum by (model) (rate(ray_agentserve_cached_prompt_tokens_total" + RATE + "))", "prompt (cached) {{model}}"),
+           ("sum by (model) (rate(ray_agentserve_completion_tokens_total" + RATE + "))", "completion {{model}}"))),
 )
 
 
