@@ -91,6 +91,10 @@ def _codex_config(ns: argparse.Namespace) -> int:
     from agentserve import codex_config
 
     models = codex_config.models_from_serve_config(Path(ns.serve_config) if ns.serve_config else None)
+    served = [name for m in models for name in m.served_names()]
+    if ns.model is not None and ns.model not in served:
+        print(f"--model {ns.model!r} is not served by {ns.serve_config}; served: {', '.join(served)}", file=sys.stderr)
+        return 2
     if ns.catalog_only:
         print(json.dumps(codex_config.catalog_json(models), indent=2))
     elif ns.codex_home:

@@ -228,3 +228,23 @@ def test_a_replica_leaving_leaves_only_its_models_index():
     assert asyncio.run(router.route(_req("r", "b", [1]))).reason == "no_replica"
     with pytest.raises(RequestError):
         asyncio.run(router.route(_req("r", "nope", [1])))
+
+
+# -- `agentserve codex-config` over a catalog --------------------------------------------------------------------
+
+
+def test_codex_config_catalog_covers_every_model_of_the_multi_config(tmp_path, capsys):
+    import json
+    import tomllib
+
+    from agentserve.cli import main
+
+    serve = str(ROOT / "serve_config.multi.yaml")
+    assert main(["codex-config", "--serve-config", serve, "--codex-home", str(tmp_path), "--model", "gpt-mini"]) == 0
+    config = tomllib.loads((tmp_path / "config.toml").read_text())
+    assert config["model"] == "gpt-mini"
+    catalog = json.loads(open(config["model_catalog_json"]).read())
+    windows = {m["slug"]: m["context_window"] for m in catalog["models"]}
+    assert windows["smollm2-main"] == 32768 and windows["gpt-mini"] == windows["smollm2-haiku"] == 8192
+    assert main(["codex-config", "--serve-config", serve, "--model", "gpt-nope"]) == 2
+    assert "not served" in capsys.readouterr().err
