@@ -11,6 +11,7 @@ passed to vLLM, as a request with an adapter vLLM cannot load kills its engine c
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -131,6 +132,7 @@ class VllmEngine:
         self._priority = self._kwargs.get("scheduling_policy") == "priority"
         self._declared = adapters
         self._loras: dict[str, tuple[LoraAdapterSpec, Any]] = {}  # adapter id -> (its spec, its LoRARequest)
+        self._loading = asyncio.Lock()  # one load at a time: each takes the next int id, which vLLM keys by
         self._llm = None
         self._active = 0
         self._started = 0
@@ -161,20 +163,21 @@ class VllmEngine:
         from vllm.lora.request import LoRARequest
 
         assert self._llm is not None, "engine not started"
-        known = self._loras.get(adapter.id)
-        if known is not None:
-            return already_loaded(known[0], adapter)
         if not self._kwargs.get("enable_lora"):
             raise ValueError(
                 "this model's engine runs without LoRA: declare an adapter in its `adapters` "
                 "(or set enable_lora and max_lora_rank in its engine_kwargs) to load adapters at run time"
             )
-        request = LoRARequest(adapter.id, len(self._loras) + 1, adapter.path)
-        try:
-            await self._llm.add_lora(request)
-        except Exception as exc:  # vLLM wraps the worker's reason (no adapter_config.json, rank too large, ...)
-            raise ValueError(f"cannot load LoRA adapter {adapter.id!r} from {adapter.path}: {exc}") from exc
-        self._loras[adapter.id] = (adapter, request)
+        async with self._loading:
+            known = self._loras.get(adapter.id)
+            if known is not None:
+                return already_loaded(known[0], adapter)
+            request = LoRARequest(adapter.id, len(self._loras) + 1, adapter.path)
+            try:
+                await self._llm.add_lora(request)
+            except Exception as exc:  # vLLM wraps the worker's reason (no adapter_config.json, rank too large, ...)
+                raise ValueError(f"cannot load LoRA adapter {adapter.id!r} from {adapter.path}: {exc}") from exc
+            self._loras[adapter.id] = (adapter, request)
         logger.info("loaded LoRA adapter %s (int id %d) from %s", adapter.id, request.lora_int_id, adapter.path)
         return True
 
