@@ -2,11 +2,15 @@
 
 Everything else in k8s/ is generated from these values plus serve_config.gpu.yaml (the GPU Serve config),
 so the RayService's serveConfigV2 cannot drift from what `serve run serve_config.gpu.yaml` deploys.
+
+Two forms, as ServeArgs has: one model (`model`, `tensor_parallel_size`, `engine`, `gpu_workers`), or the
+catalog (`models`: a list of CatalogModel, each with its own engine scaling and its own GPU worker group).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -96,6 +100,105 @@ class Secrets(_Strict):
     postgres_dsn: str = "postgres-dsn"  # -> AGENTSERVE_POSTGRES_DSN: Responses store and per-key limits
 
 
+class EngineGroup(_Strict):
+    """The GPU worker group of one catalog model. Left out, the pod is sized from the model's TP size: one engine
+    replica per pod (gpus_per_pod = tensor_parallel_size) with 12 CPUs, 120Gi and 8Gi of /dev/shm per GPU (the
+    single-model form's 8-GPU B200 pod, per GPU)."""
+
+    name: str | None = None  # None: `gpu-` + the model id, lower case, every other character as `-`
+    gpus_per_pod: int | None = Field(default=None, ge=1)  # None: the model's tensor_parallel_size
+    cpus: str | None = None
+    memory: str | None = None
+    shm_size: str | None = None
+    # None: GKE's accelerator label for the model's accelerator_type (`nvidia-<type, lower case>`); set it when
+    # your nodes are labelled otherwise (GKE's H100 is `nvidia-h100-80gb`).
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    )
+
+
+class CatalogModel(_Strict):
+    """One model of the catalog form: its ServeArgs `models` entry, its TP size, its engine's autoscaling bounds
+    and the GPU worker group its Engine-<slug> deployment runs on (and only it)."""
+
+    # The ServeArgs.models entry: id, path, aliases, parsers, context window, adapters; its `engine` overrides
+    # the engine section of serve_config.gpu.yaml (tensor_parallel_size comes from the field below).
+    model: dict[str, Any]
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    accelerator_type: str | None = "B200"  # adds Ray's accelerator_type:<X> resource to each TP bundle
+    engine: EngineScaling = EngineScaling()
+    group: EngineGroup = EngineGroup()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CatalogModel":
+        if not isinstance(self.model.get("id"), str) or not self.model["id"]:
+            raise ValueError("every entry of `models` needs `model.id`")
+        tp = (self.model.get("engine") or {}).get("tensor_parallel_size")
+        if tp is not None and tp != self.tensor_parallel_size:
+            raise ValueError(
+                f"model {self.model['id']!r}: set its TP size once, as the entry's `tensor_parallel_size` "
+                f"(model.engine.tensor_parallel_size={tp} differs)"
+            )
+        if self.gpus_per_pod % self.tensor_parallel_size:
+            raise ValueError(
+                f"model {self.model['id']!r}: tensor_parallel_size must divide group.gpus_per_pod "
+                "(STRICT_PACK in one pod)"
+            )
+        e = self.engine
+        if not e.min_replicas <= e.initial_replicas <= e.max_replicas:
+            raise ValueError(f"model {self.model['id']!r}: engine replicas must satisfy min <= initial <= max")
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", self.group_name):
+            raise ValueError(
+                f"model {self.model['id']!r}: worker group name {self.group_name!r} must be at most 40 lower-case "
+                "letters, digits and `-` (it names pods); set group.name"
+            )
+        return self
+
+    @property
+    def id(self) -> str:
+        return self.model["id"]
+
+    @property
+    def group_name(self) -> str:
+        if self.group.name is not None:
+            return self.group.name
+        return ("gpu-" + re.sub(r"[^a-z0-9]+", "-", self.id.lower()).strip("-"))[:40].rstrip("-")
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.group.gpus_per_pod or self.tensor_parallel_size
+
+    @property
+    def engines_per_pod(self) -> int:
+        return self.gpus_per_pod // self.tensor_parallel_size
+
+    @property
+    def min_pods(self) -> int:
+        return math.ceil(self.engine.min_replicas / self.engines_per_pod)
+
+    @property
+    def initial_pods(self) -> int:
+        return math.ceil(self.engine.initial_replicas / self.engines_per_pod)
+
+    @property
+    def max_pods(self) -> int:
+        """Enough pods for engine.max_replicas TP groups (each group stays inside one pod)."""
+        return math.ceil(self.engine.max_replicas / self.engines_per_pod)
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        if self.group.node_selector is not None:
+            return dict(self.group.node_selector)
+        if self.accelerator_type is None:
+            return {}
+        return {"cloud.google.com/gke-accelerator": f"nvidia-{self.accelerator_type.lower()}"}
+
+
+# Fields of the single-model form that the catalog form sets per model instead.
+_SINGLE_MODEL_FIELDS = ("model", "tensor_parallel_size", "accelerator_type", "engine", "gpu_workers")
+
+
 class K8sValues(_Strict):
     name: str = "agentserve"
     namespace: str = "agentserve"
@@ -120,6 +223,25 @@ class K8sValues(_Strict):
     model_cache: ModelCache = ModelCache()
     observability: Observability = Observability()
     secrets: Secrets = Secrets()
+    # The catalog form: several models, each with its own engine deployment and GPU worker group; non-empty
+    # replaces the single-model fields above (model, tensor_parallel_size, accelerator_type, engine, gpu_workers).
+    models: tuple[CatalogModel, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "K8sValues":
+        if not self.models:
+            return self
+        both = [f for f in _SINGLE_MODEL_FIELDS if f in self.model_fields_set]
+        if both:
+            raise ValueError(
+                f"give either the single-model fields ({', '.join(both)}) or `models` (the catalog, where each "
+                "entry has its own), not both"
+            )
+        groups = [m.group_name for m in self.models] + [self.cpu_workers.group_name]
+        dup = sorted({g for g in groups if groups.count(g) > 1})
+        if dup:
+            raise ValueError(f"worker group name(s) {dup} used twice: give the models distinct group.name")
+        return self
 
     @model_validator(mode="after")
     def _tp_fits_a_pod(self) -> "K8sValues":
