@@ -1,6 +1,6 @@
 """Generate the KubeRay manifests in k8s/ from k8s/values.yaml and serve_config.gpu.yaml.
 
-    python -m agentserve.deploy.k8s            # rewrite k8s/*.yaml and k8s/grafana-dashboard.json
+    python -m agentserve.deploy.k8s            # rewrite k8s/*.yaml, k8s/grafana-dashboard.json and the examples
     python -m agentserve.deploy.k8s --check    # exit 1 if the committed files are stale (CI)
 
 The serveConfigV2 inside the RayService is serve_config.gpu.yaml's application with the values applied
@@ -11,8 +11,8 @@ With `models:` in the values (the catalog form) the application serves every mod
 Engine-<slug> deployment gets its own GPU worker group: its pods advertise a custom resource that only that
 model's placement bundles ask for, so the autoscaler grows the right group and no engine lands on another's pods.
 
-    python -m agentserve.deploy.k8s --values k8s/examples/two-models/values.yaml \
-        --out k8s/examples/two-models --only rayservice.yaml
+k8s/examples/<name>/values.yaml are such catalogs; their rayservice.yaml is regenerated along with k8s/ (or alone:
+`--values k8s/examples/two-models/values.yaml --out k8s/examples/two-models --only rayservice.yaml`).
 """
 
 from __future__ import annotations
@@ -512,29 +512,44 @@ def render(v: K8sValues, base: dict[str, Any] | None = None, source: str = DEFAU
     }
 
 
+EXAMPLES_DIR = K8S_DIR / "examples"
+
+
+def _files(values_path: Path, only: list[str] | None) -> dict[str, str]:
+    resolved = values_path.resolve()
+    source = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(values_path)
+    files = render(load_values(values_path), source=source)
+    unknown = set(only or ()) - set(files)
+    if unknown:
+        raise SystemExit(f"--only: not a generated file: {sorted(unknown)} (choose from {sorted(files)})")
+    return {n: files[n] for n in only} if only else files
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--values", type=Path, default=K8S_DIR / "values.yaml")
+    p.add_argument("--values", type=Path, default=None, help="default: k8s/values.yaml (and the examples)")
     p.add_argument("--out", type=Path, default=K8S_DIR)
     p.add_argument("--check", action="store_true", help="fail if the files in --out differ")
     p.add_argument("--only", action="append", metavar="FILE", help="write or check only this file (repeatable)")
     ns = p.parse_args(argv)
-    values = ns.values.resolve()
-    source = str(values.relative_to(ROOT)) if values.is_relative_to(ROOT) else str(ns.values)
-    files = render(load_values(ns.values), source=source)
-    if ns.only:
-        unknown = set(ns.only) - set(files)
-        if unknown:
-            p.error(f"--only: not a generated file: {sorted(unknown)} (choose from {sorted(files)})")
-        files = {n: files[n] for n in ns.only}
-    stale = [n for n, text in files.items() if not (ns.out / n).exists() or (ns.out / n).read_text() != text]
+    jobs = [(ns.values or K8S_DIR / "values.yaml", ns.out, ns.only)]
+    if ns.values is None and ns.out == K8S_DIR and not ns.only:
+        # The committed examples (k8s/examples/<name>/values.yaml) differ from k8s/ only in their RayService:
+        # regenerated and checked with it, so a change that reaches every manifest reaches them too.
+        jobs += [(ex, ex.parent, ["rayservice.yaml"]) for ex in sorted(EXAMPLES_DIR.glob("*/values.yaml"))]
+    stale = [
+        (out / n, text)
+        for values, out, only in jobs
+        for n, text in _files(values, only).items()
+        if not (out / n).exists() or (out / n).read_text() != text
+    ]
     if ns.check:
-        for n in stale:
-            print(f"stale: {ns.out / n}", file=sys.stderr)
+        for path, _ in stale:
+            print(f"stale: {path}", file=sys.stderr)
         return 1 if stale else 0
-    for n in stale:
-        (ns.out / n).write_text(files[n])
-        print(f"wrote {ns.out / n}")
+    for path, text in stale:
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
 
 
