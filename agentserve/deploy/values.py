@@ -237,6 +237,13 @@ class K8sValues(_Strict):
                 f"give either the single-model fields ({', '.join(both)}) or `models` (the catalog, where each "
                 "entry has its own), not both"
             )
+        for m in self.models:
+            need = self.cpus_per_gpu_bundle * m.gpus_per_pod
+            if m.group.cpus is not None and m.group.cpus.isdigit() and int(m.group.cpus) < need:
+                raise ValueError(
+                    f"model {m.id!r}: group.cpus={m.group.cpus} cannot hold its engines' placement bundles "
+                    f"({self.cpus_per_gpu_bundle} CPUs per GPU x {m.gpus_per_pod} GPUs = {need})"
+                )
         groups = [m.group_name for m in self.models] + [self.cpu_workers.group_name]
         dup = sorted({g for g in groups if groups.count(g) > 1})
         if dup:

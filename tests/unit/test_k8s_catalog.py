@@ -133,6 +133,7 @@ def test_single_model_fields_and_models_together_are_refused():
         ({"group": {"name": "b200"}}, "used twice"),
         ({"group": {"name": "Small_GPU"}}, "lower-case"),
         ({"engine": {"min_replicas": 2, "initial_replicas": 1, "max_replicas": 3}}, "min <= initial <= max"),
+        ({"group": {"cpus": "2"}}, "cannot hold its engines' placement bundles"),
     ],
 )
 def test_bad_catalog_values_are_refused_with_the_reason(overrides, message):
