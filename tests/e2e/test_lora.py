@@ -4,13 +4,16 @@ adapter (vLLM keys blocks by LoRA, and so do the preprocessor's block hashes).""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import anthropic
+import httpx
 import openai
 import pytest
 from ray import serve
 
+from agentserve.preprocess.block_hash import block_hashes
 from tests.conftest import running_graph
 from tests.e2e.test_vllm_graph import BLOCK, VLLM_ARGS
 
@@ -64,9 +67,25 @@ def test_the_adapter_answers_in_its_own_voice_and_the_base_model_in_its_own(oai,
     assert msg.content[0].text.startswith(PIRATE_GREETING), msg
 
 
-def test_prefix_cache_hits_are_per_adapter(oai):
+def _router_overlaps(url: str, messages: list[dict], cached_under: str, prompt_tokens: int) -> dict:
+    """Blocks of this prompt the router's prefix index holds (learnt from vLLM's KV events) under each of the base
+    model and the adapters, once it holds any under `cached_under` (the events travel on their own)."""
+    tokens = httpx.post(f"{url}/tokenize", json={"model": PIRATE, "messages": messages}).json()["tokens"]
+    assert len(tokens) == prompt_tokens
+    router = serve.get_deployment_handle("Router", app_name="agentserve")
+
+    def held(adapter: str | None) -> int:
+        return max(router.overlaps.remote(block_hashes(tokens, BLOCK, adapter)).result().values(), default=0)
+
+    deadline = time.monotonic() + 10
+    while not held(cached_under) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {adapter: held(adapter) for adapter in (None, PIRATE, TWIN)}
+
+
+def test_prefix_cache_hits_are_per_adapter(oai, url):
     """A prompt cached under one adapter is a hit under that adapter only: not under another adapter (even one
-    with the same weights), nor under the base model."""
+    with the same weights), nor under the base model; the router's prefix index agrees."""
     system = f"[{uuid.uuid4().hex}] You are a helpful assistant who answers in one short sentence. " * 30
     messages = [{"role": "system", "content": system}, *ASK]
 
@@ -76,6 +95,8 @@ def test_prefix_cache_hits_are_per_adapter(oai):
 
     prompt_tokens, first = cached(PIRATE)
     assert prompt_tokens > 4 * BLOCK and first == 0
+    overlaps = _router_overlaps(url, messages, PIRATE, prompt_tokens)
+    assert overlaps[PIRATE] >= prompt_tokens // BLOCK - 1 and overlaps[None] == overlaps[TWIN] == 0, overlaps
     assert cached(PIRATE)[1] >= prompt_tokens - BLOCK  # warm under its own adapter
     assert cached(TWIN)[1] == 0
     assert cached(BASE)[1] == 0
