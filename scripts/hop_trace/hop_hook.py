@@ -88,4 +88,41 @@ def setup():
         V.VllmEngine.generate = generate
     except Exception as e:
         rec("patch_fail", where="vllm", err=repr(e))
+    if os.environ.get("HOP_TRACE_PROXY", "1") == "1":
+        _patch_proxy()
     rec("setup", name=threading.current_thread().name)
+
+
+def _patch_proxy():
+    """In Serve's HTTP proxy: when each batch of ASGI messages arrives from the ingress replica (its unpickling) and
+    when each body chunk goes to uvicorn. Times only, no request ids: at c=1 one request is in flight."""
+    try:
+        import pickle
+
+        import ray.serve._private.proxy as P
+
+        class _Pickle:
+            def __getattr__(self, name):
+                return getattr(pickle, name)
+
+            @staticmethod
+            def loads(data, *a, **kw):
+                msgs = pickle.loads(data, *a, **kw)
+                body = sum(len(m.get("body", b"")) for m in msgs if isinstance(m, dict)) if isinstance(msgs, list) else 0
+                rec("proxy_batch", nbytes=len(data), body=body)
+                return msgs
+
+        P.pickle = _Pickle()
+        ocall = P.HTTPProxy.__call__
+
+        async def __call__(self, scope, receive, send):
+            async def s2(msg):
+                if msg.get("type") == "http.response.body" and msg.get("body"):
+                    rec("proxy_send", n=len(msg["body"]))
+                await send(msg)
+
+            return await ocall(self, scope, receive, s2)
+
+        P.HTTPProxy.__call__ = __call__
+    except Exception as e:
+        rec("patch_fail", where="proxy", err=repr(e))
