@@ -111,6 +111,8 @@ class ScriptRule(_Strict):
     match: str = ""
     reply: str
     itl_ms: float = 0.0
+    # The LoRA adapter this rule answers for (None: any request, the base model's or an adapter's).
+    adapter: str | None = None
 
 
 class ScriptedCache(_Strict):

@@ -5,7 +5,8 @@ block prefix cache (engines/scripted_cache.py: prompt and generated blocks, LRU,
 uncached token) so that `num_cached_tokens` and KV events behave as vLLM's. It stands in for the engine only.
 
 LoRA adapters are ids it holds (declared, or loaded at run time; it reads no weights): a request under an adapter
-caches and hits blocks of that adapter only.
+caches and hits blocks of that adapter only, and a rule naming an adapter answers only under it, so a test sees
+which adapter answered.
 """
 
 from __future__ import annotations
@@ -160,14 +161,17 @@ class ScriptedEngine:
     def adapters(self) -> tuple[LoraAdapterSpec, ...]:
         return tuple(spec for spec, _ in self._adapters.values())
 
-    def _reply_tokens(self, match_text: str, structural_tag: str | None = None) -> tuple[list[int], float] | None:
-        """The first matching rule's reply; under a constraint, the first matching reply the grammar accepts
-        (None: no rule's reply does), as a constrained engine could only have produced such a reply."""
+    def _reply_tokens(
+        self, match_text: str, structural_tag: str | None = None, adapter: str | None = None
+    ) -> tuple[list[int], float] | None:
+        """The first matching rule's reply (a rule naming an adapter matches under that adapter only); under a
+        constraint, the first matching reply the grammar accepts (None: no rule's reply does), as a constrained
+        engine could only have produced such a reply."""
         if structural_tag is not None and self._grammar is None:
             raise ValueError("this scripted engine has no grammar compiler: it cannot honour constraints")
         grammar = self._grammar(structural_tag) if structural_tag is not None else None
         for rule in self._rules:
-            if rule.match in match_text:
+            if rule.match in match_text and rule.adapter in (None, adapter):
                 ids = self._replies.get(rule.reply)
                 if ids is None:
                     ids = self._encode(rule.reply)
@@ -233,7 +237,7 @@ class ScriptedEngine:
                     finished = True
                     return
                 lora = (request.adapter, self._adapters[request.adapter][1])
-            found = self._reply_tokens(request.match_text, request.structural_tag)
+            found = self._reply_tokens(request.match_text, request.structural_tag, request.adapter)
             if found is None:
                 yield EngineDelta(
                     token_ids=[], finish_reason="error", prompt_tokens=request.prompt_tokens, num_cached_tokens=0,

@@ -176,3 +176,15 @@ def test_an_adapter_it_does_not_hold_is_an_error_until_loaded():
         asyncio.run(e.load_adapter(LoraAdapterSpec(id="pirate", path="/other")))
     assert [a.id for a in e.adapters()] == ["pirate"]
     assert _run(e, _lora_req([1] * 5, "pirate"))[-1].finish_reason == "stop"
+
+
+def test_a_rule_naming_an_adapter_answers_under_that_adapter_only():
+    spec = EngineSpec.model_validate({"kind": "scripted", "block_size": 4, "rules": [
+        {"reply": "arr", "adapter": "pirate"}, {"reply": "verse", "adapter": "poet"}, {"reply": "plain"}]})
+    e = ScriptedEngine(spec.rules, lambda t: [ord(c) for c in t], 0, 4, spec.cache,
+                       adapters=(LoraAdapterSpec(id="pirate", path="/p"), LoraAdapterSpec(id="poet", path="/q")))
+
+    def said(adapter):
+        return "".join(chr(t) for d in _run(e, _lora_req([1] * 5, adapter)) for t in d.token_ids if t)  # 0: EOS
+
+    assert (said("pirate"), said("poet"), said(None)) == ("arr", "verse", "plain")
