@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,19 @@ class Catalog:
             self._by_name.update((name, base) for name in m.names())
             for a in m.adapters:
                 self._by_name.update((name, Served(m, a)) for name in a.names())
+        self._lock = threading.Lock()
+
+    def add_adapter(self, model_id: str, adapter: LoraAdapterSpec) -> bool:
+        """Serve an adapter loaded at run time under its names; False if it is known already. Copy-on-write under
+        a lock: lookups on other threads read the old or the new dict, never a half-updated one."""
+        with self._lock:
+            if adapter.id in self._by_name:
+                return False
+            model = next(m for m in self._models if m.id == model_id)
+            by_name = dict(self._by_name)
+            by_name.update((name, Served(model, adapter)) for name in adapter.names())
+            self._by_name = by_name
+            return True
 
     def lookup(self, name: str) -> Served:
         served = self._by_name.get(name)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import HTTPConnection
 from ray.serve.handle import DeploymentHandle
 
-from agentserve.apis.models import Catalog
-from agentserve.config import ModelSpec, ServeArgs
+from agentserve.apis.models import Catalog, Served
+from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
 from agentserve.protocol import GenerationRequest
+from agentserve.protocol.errors import RequestError
 from agentserve.serve.auth import caller_scope
 from agentserve.serve.hints import authorize_hints
 from agentserve.serve.lifecycle import ParseOptions, RequestLifecycle, RequestPath
 from agentserve.serve.request_id import current_request_id, new_request_id
+
+logger = logging.getLogger("ray.serve")
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,32 @@ class IngressContext:
     tokenizer: Any
     path: RequestPath
     preprocessor: DeploymentHandle
+
+    async def lookup(self, name: str) -> Served:
+        """`catalog.lookup`, and on a miss the LoRA adapters loaded at run time through another Ingress replica
+        (the Router keeps them): learnt once, then one dict lookup as every other name."""
+        try:
+            return self.catalog.lookup(name)
+        except RequestError as err:
+            if err.kind != "not_found":
+                raise
+            if not await self.refresh_adapters():
+                raise
+        return self.catalog.lookup(name)
+
+    async def refresh_adapters(self) -> int:
+        """Add the Router's run-time adapters this replica's catalog lacks; how many were new (0 while the Router
+        is unreachable: the catalog answers from what it knows)."""
+        try:
+            runtime: dict[str, list[dict[str, Any]]] = await self.path.router.adapters.remote()
+        except Exception:
+            logger.warning("could not fetch run-time LoRA adapters from the router", exc_info=True)
+            return 0
+        return sum(
+            self.catalog.add_adapter(model, LoraAdapterSpec.model_validate(a))
+            for model, adapters in runtime.items()
+            for a in adapters
+        )
 
     def tokenizer_for(self, model: ModelSpec) -> Any:
         """The tokenizer of a catalog model (the ingress detokenizes and counts with it)."""

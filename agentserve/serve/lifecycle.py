@@ -102,6 +102,7 @@ class RequestPath:
         catalog = args.catalog()
         handles = engine if isinstance(engine, dict) else {catalog[0].id: engine}
         self.engines = {model: h.options(stream=True) for model, h in handles.items()}
+        self.unary_engines = dict(handles)  # per model, for calls that answer once (the admin route's loads)
         self.engine = next(iter(self.engines.values()))  # the default model's
         self.tokenizer = tokenizer
         self._tokenizers = tokenizers or {}
@@ -215,7 +216,8 @@ class RequestLifecycle:
         if self._client_id:
             logger.debug("request %s carries client id %s", self.id, self._client_id)
         started = time.perf_counter()
-        pre = await self._path.preprocessor.preprocess.remote(self.request, self._scope)
+        # The base model travels with the served id, so an adapter loaded at run time needs no Preprocessor map.
+        pre = await self._path.preprocessor.preprocess.remote(self.request, self._scope, self.model.id)
         routing = time.perf_counter()
         metrics.QUEUE_TIME.labels(pre.model, "preprocess").observe(routing - started)
         self.pre = pre

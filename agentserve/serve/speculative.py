@@ -136,7 +136,7 @@ class SpeculativePrefill:
                 ids = generated
             else:
                 conv = next_turn_prefix(request.conversation, turn)
-                ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False, None, request.model)
+                ids = await self._pre.render_tokens.remote(conv, dict(request.template_kwargs), False, None, pre.model)
             bs = self._block_size[pre.model] if isinstance(self._block_size, dict) else self._block_size
             spec = prefill_request(pre.request_id, pre.model, ids, bs, pre.hints, pre.adapter)
             route = await self._router.route_to.remote(spec.route_request(), replica)

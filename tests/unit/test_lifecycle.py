@@ -73,7 +73,7 @@ class Graph:
         tokenizer = TOKENIZER[0]
         self.stream = FakeStream(deltas)
 
-        async def preprocess(req: GenerationRequest, scope: str = "") -> PreprocessedRequest:
+        async def preprocess(req: GenerationRequest, scope: str = "", base: str | None = None) -> PreprocessedRequest:
             return PreprocessedRequest(
                 request_id=req.request_id,
                 model=req.model,

@@ -115,9 +115,28 @@ class EngineReplica:
         self._router = router
         self._signals = RouterSignals(router, self._replica_id)
         self._registration = self._kv_registration()
+        await self._load_runtime_adapters()  # before registering: no adapter request reaches a replica without it
         await self._router.register.remote(self._replica_id, self._registration)
         self._heartbeat = asyncio.create_task(self._report_forever())
         logger.info("engine replica %s of %s ready (%s)", self._replica_id, self._model.id, self._spec.kind)
+
+    async def _load_runtime_adapters(self) -> None:
+        """Load the adapters the admin route loaded on this model's other replicas (the Router keeps the list), so
+        a replica added by scale-up or a restart serves them too. One that fails to load is logged, not fatal: the
+        replica still serves the base model and every other adapter."""
+        try:
+            runtime = await self._router.adapters.remote(self._model.id, True)
+        except Exception:  # the router is restarting: it has forgotten run-time adapters anyway
+            logger.warning("could not fetch run-time LoRA adapters from the router", exc_info=True)
+            return
+        for adapter in runtime:
+            spec = LoraAdapterSpec.model_validate(adapter)
+            try:
+                await self._engine.load_adapter(spec)
+                logger.info("replica %s loaded run-time LoRA adapter %s", self._replica_id, spec.id)
+            except ValueError:
+                logger.warning("replica %s could not load run-time LoRA adapter %s", self._replica_id, spec.id,
+                               exc_info=True)  # fmt: skip
 
     def _kv_registration(self) -> dict[str, Any]:
         """Where the router subscribes to this replica's KV events (None: it learns approximately)."""

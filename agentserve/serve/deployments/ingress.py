@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentserve import metrics
 from agentserve.apis import anthropic, chat_completions, codex_models, responses
+from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.models import Catalog
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest, detokenize_body, tokenize_body
 from agentserve.config import ServeArgs
@@ -28,6 +29,7 @@ from agentserve.serve import auth, limits
 from agentserve.serve.auth import AuthMiddleware
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import error_response
+from agentserve.serve.handlers.admin_adapters import AdapterAdmin
 from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
 from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
 from agentserve.serve.handlers.responses import ResponsesHandler
@@ -61,6 +63,7 @@ openapi.install(
         ("/v1/tokenize", "post"): ("Tokenize", TokenizeRequest),
         ("/detokenize", "post"): ("Detokenize", DetokenizeRequest),
         ("/v1/detokenize", "post"): ("Detokenize", DetokenizeRequest),
+        ("/v1/admin/adapters", "post"): ("LoadAdapter", LoadAdapterRequest),
     },
 )
 
@@ -136,6 +139,7 @@ class Ingress:
         self._responses = ResponsesHandler(self._ctx, response_store)
         self._responses_socket = ResponsesSocket(self._responses)
         self._anthropic = AnthropicMessagesHandler(self._ctx)
+        self._admin = AdapterAdmin(self._ctx)
 
     # -- wire APIs ------------------------------------------------------------
     @app.post("/v1/chat/completions")
@@ -174,6 +178,7 @@ class Ingress:
     # -- catalog ------------------------------------------------------------
     @app.get("/v1/models")
     async def list_models(self, request: Request, client_version: str | None = None) -> JSONResponse:
+        await self._ctx.refresh_adapters()  # LoRA adapters loaded at run time through any Ingress replica
         if self._anthropic.wants_models(request):  # Anthropic's shape when `anthropic-version` is sent
             return self._anthropic.list_models(request)
         if client_version is not None:  # Codex: {"models": [ModelInfo…]} with an ETag
@@ -183,6 +188,7 @@ class Ingress:
 
     @app.get("/v1/models/{model_id:path}")
     async def get_model(self, request: Request, model_id: str) -> JSONResponse:
+        await self._ctx.refresh_adapters()
         if self._anthropic.wants_models(request):
             return self._anthropic.get_model(model_id)
         return JSONResponse(self._ctx.catalog.model_body(model_id))
@@ -193,10 +199,10 @@ class Ingress:
     async def tokenize(self, request: Request) -> JSONResponse:
         body = await parse_body(request, TokenizeRequest)
         catalog = self._ctx.catalog
-        served = catalog.lookup(body.model) if body.model else catalog.lookup(catalog.default.id)
-        model = served.model
+        served = await self._ctx.lookup(body.model) if body.model else catalog.lookup(catalog.default.id)
+        model = served.model  # an adapter tokenizes as its base model
         if body.prompt is not None:
-            tokens = await self._ctx.preprocessor.tokenize_text.remote(body.prompt, body.add_special_tokens, served.id)
+            tokens = await self._ctx.preprocessor.tokenize_text.remote(body.prompt, body.add_special_tokens, model.id)
         else:
             try:
                 chat = chat_completions.ChatCompletionRequest.model_validate(
@@ -206,7 +212,7 @@ class Ingress:
                 raise RequestError("invalid_request", describe_validation(exc.errors())) from exc
             gen = chat_completions.decode(chat, request_id="tokenize", model=model.id)
             tokens = await self._ctx.preprocessor.render_tokens.remote(
-                gen.conversation, dict(body.chat_template_kwargs or {}), body.add_generation_prompt, None, served.id
+                gen.conversation, dict(body.chat_template_kwargs or {}), body.add_generation_prompt, None, model.id
             )
         tokenizer = self._ctx.tokenizer_for(model)
         strs = tokenizer.convert_ids_to_tokens(tokens) if body.return_token_strs else None
@@ -216,13 +222,19 @@ class Ingress:
     @app.post("/v1/detokenize")
     async def detokenize(self, request: Request) -> JSONResponse:
         body = await parse_body(request, DetokenizeRequest)
-        model = self._ctx.catalog.resolve(body.model) if body.model else self._ctx.catalog.default
+        model = (await self._ctx.lookup(body.model)).model if body.model else self._ctx.catalog.default
         tokenizer = self._ctx.tokenizer_for(model)
         vocab = len(tokenizer)
         bad = [t for t in body.tokens if not 0 <= t < vocab]
         if bad:
             raise RequestError("invalid_request", f"token ids out of range: {bad[:5]}", param="tokens")
         return JSONResponse(detokenize_body(tokenizer.decode(body.tokens)))
+
+    # -- administration -------------------------------------------------------------
+    @app.post("/v1/admin/adapters")
+    async def load_adapter(self, request: Request) -> JSONResponse:
+        """Load a LoRA adapter of a catalog model on all its engine replicas and serve it (handlers/admin_adapters)."""
+        return await self._admin.load(request)
 
     # -- operations -----------------------------------------------------------
     # Claude Code's and Codex's connectivity probes: 200 at once, with or without a key, saying nothing more.

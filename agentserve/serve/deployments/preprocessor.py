@@ -37,15 +37,21 @@ class PreprocessorReplica:
             self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)
         self._default = catalog[0].id
 
-    def _for(self, served_id: str | None) -> tuple[Preprocessor, str | None]:
-        try:
-            return self._served[served_id or self._default]
-        except KeyError:  # the ingress resolves names first: only a caller that skipped it gets here
-            raise RequestError("not_found", f"model '{served_id}' is not served", param="model") from None
+    def _for(self, served_id: str | None, base: str | None = None) -> tuple[Preprocessor, str | None]:
+        """`base`: the catalog model the ingress resolved `served_id` to; a served id this replica does not know
+        (a LoRA adapter loaded at run time) is then that model's adapter, and only its id matters here (it seeds
+        the block hashes), so run-time loads never have to reach every Preprocessor replica."""
+        found = self._served.get(served_id or self._default)
+        if found is None and base is not None and base in self._served:
+            found = (self._served[base][0], served_id)
+        if found is None:  # the ingress resolves names first: only a caller that skipped it gets here
+            raise RequestError("not_found", f"model '{served_id}' is not served", param="model")
+        return found
 
-    def preprocess(self, request: GenerationRequest, scope: str = "") -> PreprocessedRequest:
-        """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters')."""
-        pre, adapter = self._for(request.model)
+    def preprocess(self, request: GenerationRequest, scope: str = "", base: str | None = None) -> PreprocessedRequest:
+        """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters'),
+        `base` the catalog model that serves it."""
+        pre, adapter = self._for(request.model, base)
         return pre.preprocess(request, scope, adapter=adapter)
 
     def render_tokens(

@@ -17,12 +17,13 @@ from typing import Any
 
 from ray import serve
 
-from agentserve.config import ModelSpec, ServeArgs
+from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
 from agentserve.protocol import RouteDecision, RouteRequest
 from agentserve.routing.catalog_router import CatalogRouter
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import RouterConfig
 from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset
+from agentserve.serve.adapter_registry import RuntimeAdapters
 
 logger = logging.getLogger("ray.serve")
 
@@ -67,6 +68,7 @@ class RouterReplica:
         )
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
+        self._adapters = RuntimeAdapters(self._args.catalog())  # LoRA adapters loaded at run time, per model
 
     def _bind_loop(self) -> None:
         if self._loop is None:
@@ -146,6 +148,25 @@ class RouterReplica:
         if replica_id in self._router.replicas():
             self._router.remove(replica_id)
             self._forget(replica_id, "actor died")
+
+    # -- LoRA adapters loaded at run time (agentserve.serve.adapter_registry) -----------------------------
+    async def claim_adapter(self, model: str, adapter: dict[str, Any]) -> None:
+        """Reserve a run-time adapter's names before its load (RequestError if one is served already)."""
+        self._adapters.claim(model, LoraAdapterSpec.model_validate(adapter))
+
+    async def commit_adapter(self, model: str, adapter_id: str) -> None:
+        self._adapters.commit(model, adapter_id)
+        logger.info("LoRA adapter %s of %s loaded at run time", adapter_id, model)
+
+    async def release_adapter(self, model: str, adapter_id: str) -> None:
+        self._adapters.release(model, adapter_id)
+
+    async def adapters(self, model: str | None = None, pending: bool = False) -> Any:
+        """Run-time adapters ({id, path, aliases}): of one model (with `pending`: loads under way too, what a
+        starting engine replica loads), or of every model that has some (what an Ingress adds on a catalog miss)."""
+        if model is not None:
+            return [s.model_dump() for s in self._adapters.for_model(model, pending=pending)]
+        return {m: [s.model_dump() for s in specs] for m, specs in self._adapters.committed().items()}
 
     # -- requests ----------------------------------------------------------------
     async def route(self, request: RouteRequest) -> RouteDecision:

@@ -92,8 +92,8 @@ class AnthropicMessagesHandler:
             metrics.PREAMBLE_STRIPPED.labels(endpoint).inc()
         return conversation
 
-    async def _count(self, conversation: Conversation, thinking: bool | None, served_id: str) -> int:
-        tokens = await self._ctx.preprocessor.render_tokens.remote(conversation, {}, True, thinking, served_id)
+    async def _count(self, conversation: Conversation, thinking: bool | None, model_id: str) -> int:
+        tokens = await self._ctx.preprocessor.render_tokens.remote(conversation, {}, True, thinking, model_id)
         return len(tokens)
 
     # -- POST /v1/messages ----------------------------------------------------------------------
@@ -102,7 +102,7 @@ class AnthropicMessagesHandler:
         status, model_name = 200, "unknown"
         try:
             body = await self._body(request, anthropic.MessagesRequest)
-            served = self._ctx.catalog.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+            served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
             model, model_name = served.model, served.id
             gen = anthropic.decode(
                 body,
@@ -156,10 +156,10 @@ class AnthropicMessagesHandler:
         status, model_name = 200, "unknown"
         try:
             body = await self._body(request, anthropic.CountTokensRequest)
-            served = self._ctx.catalog.lookup(body.model)
+            served = await self._ctx.lookup(body.model)
             model_name = served.id
             conversation = self._strip(anthropic.conversation(body, self._signer), "count_tokens")
-            count = await self._count(conversation, anthropic.thinking_switch(body), served.id)
+            count = await self._count(conversation, anthropic.thinking_switch(body), served.model.id)
             return JSONResponse({"input_tokens": count})
         except RequestError as err:
             status = anthropic_errors.status(err)

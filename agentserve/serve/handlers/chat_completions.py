@@ -49,7 +49,7 @@ class ChatCompletionsHandler:
         status, model_name = 200, "unknown"
         try:
             body = await parse_body(request, chat_completions.ChatCompletionRequest)
-            served = self._ctx.catalog.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+            served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
             model, model_name = served.model, served.id
             rid = self._ctx.request_id()
             gen = chat_completions.decode(body, request_id=rid, model=served.id)

@@ -119,7 +119,7 @@ class ResponsesHandler:
     ) -> PreparedResponse:
         """Decode `body` (with the items `previous_response_id` names: `recall`, e.g. a WebSocket connection's own
         responses, first, then the store) and build its encoder."""
-        served = self._ctx.catalog.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+        served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
         model = served.model
         owner = caller_scope()
         history = await self._history(body, owner, recall)
@@ -212,7 +212,7 @@ class ResponsesHandler:
             body = body.model_copy(update={"model": self._ctx.catalog.default.id})
         prep = await self.prepare(body, request.headers)
         tokens = await self._ctx.preprocessor.render_tokens.remote(
-            prep.gen.conversation, dict(prep.gen.template_kwargs), True, prep.gen.thinking, prep.gen.model
+            prep.gen.conversation, dict(prep.gen.template_kwargs), True, prep.gen.thinking, prep.model.id
         )
         return JSONResponse({"object": "response.input_tokens", "input_tokens": len(tokens)})
 

@@ -1,0 +1,64 @@
+"""The LoRA adapters loaded at run time (POST /v1/admin/adapters), per catalog model: held by the Router (one
+replica), so every Ingress replica and every engine replica that starts later learns them from one place.
+
+A load is claimed first (its names reserved, so two concurrent loads of one id cannot both pass), then committed
+once every replica of its model holds it, or released if one could not load it. Engine replicas starting up load
+the pending ones too: one that registers while a load is under way would otherwise miss it. Plain Python, in
+memory: a Router restart forgets run-time adapters (the catalog's declared `adapters:` are the durable form).
+"""
+
+from __future__ import annotations
+
+from agentserve.config import LoraAdapterSpec, ModelSpec
+from agentserve.protocol.errors import RequestError
+
+
+class RuntimeAdapters:
+    def __init__(self, catalog: tuple[ModelSpec, ...] | list[ModelSpec]) -> None:
+        self._declared = {name: m.id for m in catalog for name in m.served_names()}
+        self._models = {m.id for m in catalog}
+        self._committed: dict[str, dict[str, LoraAdapterSpec]] = {m: {} for m in self._models}
+        self._pending: dict[str, dict[str, LoraAdapterSpec]] = {m: {} for m in self._models}
+
+    def _owner(self, name: str) -> str | None:
+        """The served name's holder, as `<kind> of <model>`, or None if the name is free."""
+        if name in self._declared:
+            return f"the catalog ({self._declared[name]})"
+        for kind, table in (("loaded", self._committed), ("being loaded", self._pending)):
+            for model, specs in table.items():
+                if any(name in s.names() for s in specs.values()):
+                    return f"an adapter {kind} on {model}"
+        return None
+
+    def claim(self, model: str, spec: LoraAdapterSpec) -> None:
+        """Reserve the adapter's names for a load on `model`'s replicas; refused if any name is served already."""
+        if model not in self._models:
+            raise RequestError("not_found", f"model '{model}' is not in the catalog", param="model",
+                               code="model_not_found")  # fmt: skip
+        for name in spec.names():
+            owner = self._owner(name)
+            if owner is not None:
+                raise RequestError(
+                    "invalid_request",
+                    f"the name '{name}' is already served by {owner}: load the adapter under a new id",
+                    param="id" if name == spec.id else "aliases",
+                    code="adapter_exists",
+                )
+        self._pending[model][spec.id] = spec
+
+    def commit(self, model: str, adapter_id: str) -> None:
+        spec = self._pending[model].pop(adapter_id, None)
+        if spec is not None:
+            self._committed[model][adapter_id] = spec
+
+    def release(self, model: str, adapter_id: str) -> None:
+        self._pending.get(model, {}).pop(adapter_id, None)
+
+    def for_model(self, model: str, *, pending: bool = False) -> list[LoraAdapterSpec]:
+        """What a replica of `model` loads as it starts (with `pending`: loads under way too), in load order."""
+        out = list(self._committed.get(model, {}).values())
+        return out + list(self._pending.get(model, {}).values()) if pending else out
+
+    def committed(self) -> dict[str, list[LoraAdapterSpec]]:
+        """Every model's servable run-time adapters (what an Ingress replica adds to its catalog on a miss)."""
+        return {m: list(specs.values()) for m, specs in self._committed.items() if specs}

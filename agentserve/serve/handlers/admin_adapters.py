@@ -1,0 +1,110 @@
+"""POST /v1/admin/adapters: load a LoRA adapter of a catalog model on every replica of its Engine deployment at
+run time, then serve it under its id (errors in OpenAI's envelope).
+
+Order of a load: the Router reserves the names (so a second load of one id is refused, even through another
+Ingress replica), every replica the Router knows for the model loads it (each call pinned to its replica, and
+checked to have been answered by it), the Router commits it (replicas that start later load it before they
+register), and this replica's catalog serves it; other Ingress replicas learn it from the Router on a miss.
+A failure on any replica releases the names: the adapter is not served, and the answer names the replicas that
+had loaded it (an engine cannot unload one; it is inert there until a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from agentserve.apis.admin_adapters import LoadAdapterRequest, loaded_body
+from agentserve.config import LoraAdapterSpec
+from agentserve.protocol import RouteDecision
+from agentserve.protocol.errors import RequestError
+from agentserve.serve.context import IngressContext
+from agentserve.serve.http import parse_body
+
+logger = logging.getLogger("ray.serve")
+
+PINNED_ATTEMPTS = 3  # a pinned call Serve sent elsewhere (its replica was still joining or leaving): asked again
+
+
+class AdapterAdmin:
+    def __init__(self, ctx: IngressContext) -> None:
+        self._ctx = ctx
+
+    async def load(self, request: Request) -> JSONResponse:
+        body = await parse_body(request, LoadAdapterRequest)
+        served = await self._ctx.lookup(body.model)
+        if served.adapter is not None:
+            raise RequestError(
+                "invalid_request",
+                f"'{body.model}' is the LoRA adapter {served.adapter.id} of {served.model.id}: name the base model",
+                param="model",
+            )
+        model, spec = served.model.id, body.spec()
+        router = self._ctx.path.router
+        await router.claim_adapter.remote(model, spec.model_dump())  # RequestError if a name is served already
+        done: dict[str, list[str]] = {}
+        try:
+            done = await self._load_everywhere(model, spec)
+        except BaseException:
+            await router.release_adapter.remote(model, spec.id)
+            raise
+        await router.commit_adapter.remote(model, spec.id)
+        # A replica that registered while the loads ran had already fetched the list (with this load pending);
+        # one more pass catches any that registered just before the commit.
+        for rid, adapters in (await self._load_on_new(model, spec, set(done))).items():
+            done[rid] = adapters
+        self._ctx.catalog.add_adapter(model, spec)
+        return JSONResponse(loaded_body(model, spec, list(done)))
+
+    async def _load_everywhere(self, model: str, spec: LoraAdapterSpec) -> dict[str, list[str]]:
+        replicas = list(await self._ctx.path.router.replicas.remote(model))
+        if not replicas:
+            raise RequestError(
+                "overloaded", f"no engine replica of {model} is running: load the adapter once one is", retry_after=5
+            )
+        answers = await asyncio.gather(*(self._load_on(model, spec, rid) for rid in replicas), return_exceptions=True)
+        loaded = {rid: a for rid, a in zip(replicas, answers) if isinstance(a, list)}
+        failed = {rid: a for rid, a in zip(replicas, answers) if isinstance(a, BaseException)}
+        if failed:
+            reasons = "; ".join(f"replica {rid}: {_reason(exc)}" for rid, exc in failed.items())
+            also = (f" It was loaded on {', '.join(sorted(loaded))} before the failure and stays inert there "
+                    "(not served)." if loaded else "")  # fmt: skip
+            raise RequestError("invalid_request", f"cannot load LoRA adapter {spec.id!r} on {model}: {reasons}.{also}",
+                               param="path", code="adapter_load_failed")  # fmt: skip
+        return loaded
+
+    async def _load_on_new(self, model: str, spec: LoraAdapterSpec, seen: set[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for rid in set(await self._ctx.path.router.replicas.remote(model)) - seen:
+            try:
+                adapters = await self._load_on(model, spec, rid)
+                if adapters is not None:
+                    out[rid] = adapters
+            except Exception:  # it loaded the pending list as it started; this pass only double-checks
+                logger.warning("replica %s: run-time adapter %s not confirmed", rid, spec.id, exc_info=True)
+        return out
+
+    async def _load_on(self, model: str, spec: LoraAdapterSpec, rid: str) -> list[str] | None:
+        """Load on replica `rid`: the adapters it serves afterwards (None: it left meanwhile). ValueError with the
+        engine's reason."""
+        engine = self._ctx.path.unary_engines[model]
+        route = RouteDecision(replica_id=rid, reason="only_replica")
+        for _ in range(PINNED_ATTEMPTS):
+            answer: dict[str, Any] = await engine.load_adapter.remote(spec.model_dump(), route)
+            if answer.get("replica_id") != rid:  # Serve had no such replica at hand: is it still there?
+                if rid not in await self._ctx.path.router.replicas.remote(model):
+                    return None  # it left: nothing to load, and replicas that start later load it themselves
+                await asyncio.sleep(0.5)
+                continue
+            if "error" in answer:
+                raise ValueError(answer["error"])
+            return list(answer.get("adapters", []))
+        raise ValueError(f"calls pinned to replica {rid} were answered by other replicas {PINNED_ATTEMPTS} times")
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,265 @@
+"""LoRA adapters loaded at run time through POST /v1/admin/adapters, on a real Serve graph (scripted engine).
+
+Scripted rules that answer only under one adapter show which adapter served a request. The graph is deployed from
+a Serve config, so the model's Engine can be scaled in place as an operator does; a replica added after the load
+must serve the adapter too.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Callable, Iterator
+
+import httpx
+import openai
+import pytest
+
+from agentserve.serve.auth import hash_key
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+APP = "agentserve"
+MODEL, ENGINE = "agent/main", "Engine-agent-main"
+KEY = "admin-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+ARGS = {
+    "secret_key": "0" * 64,
+    "api_keys": [hash_key(KEY)],
+    "models": [
+        {
+            "id": MODEL,
+            "aliases": ["main"],
+            # A declared adapter turns LoRA on for this model's engine (vLLM needs it to load others at run time).
+            "adapters": [{"id": "declared", "path": "/adapters/declared"}],
+            "engine": {
+                "kind": "scripted",
+                "block_size": 16,
+                "rules": [
+                    {"match": "", "adapter": "pirate", "reply": "Arr, the pirate adapter.", "itl_ms": 0},
+                    {"match": "", "adapter": "scribe", "reply": "Thus writes the scribe adapter.", "itl_ms": 0},
+                    {"match": "", "reply": "The base model.", "itl_ms": 0},
+                ],
+            },
+        }
+    ],
+}
+
+
+def _config(port: int, replicas: int) -> dict[str, Any]:
+    small = {"ray_actor_options": {"num_cpus": 0.1}}
+    return {
+        "http_options": {"host": "127.0.0.1", "port": port},
+        "applications": [
+            {
+                "name": APP,
+                "route_prefix": "/",
+                "import_path": "agentserve.serve.app:build_app",
+                "args": ARGS,
+                "deployments": [
+                    {"name": "Ingress", "num_replicas": 1, **small},
+                    {"name": "Preprocessor", "num_replicas": 1, **small},
+                    {"name": "Router", "num_replicas": 1, **small},
+                    {"name": ENGINE, "num_replicas": replicas, **small},
+                ],
+            }
+        ],
+    }
+
+
+def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - not ready yet
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Graph:
+    def __init__(self, port: int) -> None:
+        from ray.serve.context import _get_global_client
+
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self._client = _get_global_client()
+
+    def deploy(self, replicas: int) -> None:
+        from ray.serve.schema import ServeDeploySchema
+
+        self._client.deploy_apps(ServeDeploySchema.model_validate(_config(self.port, replicas)))
+
+    def running(self) -> set[str]:
+        dep = self._client.get_serve_details()["applications"][APP]["deployments"][ENGINE]
+        return {r["replica_id"] for r in dep["replicas"] if r["state"] == "RUNNING"}
+
+    def status(self) -> str:
+        return self._client.get_serve_details()["applications"][APP]["status"]
+
+    @staticmethod
+    def router() -> Any:
+        from ray import serve
+
+        return serve.get_deployment_handle("Router", APP)
+
+    def router_view(self) -> set[str]:
+        return set(self.router().replicas.remote(MODEL).result(timeout_s=10))
+
+    @staticmethod
+    def started(replica: str) -> int:
+        """How many requests one engine replica has started (a stats call pinned to it)."""
+        from ray import serve
+
+        from agentserve.protocol import RouteDecision
+
+        s = serve.get_deployment_handle(ENGINE, APP).stats.remote(RouteDecision(replica_id=replica)).result(timeout_s=10)
+        assert s["replica_id"] == replica
+        return s["started"]
+
+    def load(self, body: dict[str, Any], headers: dict[str, str] | None = AUTH) -> httpx.Response:
+        return httpx.post(f"{self.url}/v1/admin/adapters", json=body, headers=headers, timeout=60)
+
+    def openai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, max_retries=0)
+
+    def ask(self, model: str, text: str = "Who answers?") -> openai.types.chat.ChatCompletion:
+        return self.openai().chat.completions.create(model=model, messages=[{"role": "user", "content": text}])
+
+
+@pytest.fixture(scope="module")
+def graph(model_path) -> Iterator[Graph]:
+    import ray
+    from ray import serve
+
+    from agentserve.serve import ray_env
+    from tests import conftest
+
+    if conftest._graph_running:  # one graph per test process at a time (tests/conftest.py)
+        raise RuntimeError(f"a graph is already running for {conftest._graph_running[0]}")
+    conftest._graph_running.append(__name__)
+    port = free_port()
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.beside_others()})
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        g = Graph(port)
+        g.deploy(replicas=1)
+        _wait_for("the app", lambda: g.status() == "RUNNING", 180)
+        _wait_for("the ingress", lambda: httpx.get(f"{g.url}/health").status_code == 200, 60)
+        _wait_for("the router to see the engine", lambda: g.router_view() == g.running() != set())
+        yield g
+    finally:
+        conftest._graph_running.clear()
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pirate(graph) -> dict[str, Any]:
+    """The adapter loaded at run time by the module's first admin call."""
+    r = graph.load({"model": "main", "id": "pirate", "path": "/adapters/pirate", "aliases": ["arr"]})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_the_admin_route_needs_a_key(graph):
+    r = graph.load({"model": MODEL, "id": "nokey", "path": "/adapters/nokey"}, headers=None)
+    assert r.status_code == 401
+    assert r.json()["error"]["type"] == "authentication_error"
+    assert graph.load({"model": MODEL, "id": "x", "path": "/p"}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_a_loaded_adapter_answers_under_its_id_and_alias(graph, pirate):
+    assert pirate["id"] == "pirate" and pirate["parent"] == MODEL
+    assert set(pirate["replicas"]) == graph.running()  # every replica of the model's engine holds it
+    for name in ("pirate", "arr"):
+        r = graph.ask(name)
+        assert r.choices[0].message.content == "Arr, the pirate adapter."
+        assert r.model == name
+    assert graph.ask(MODEL).choices[0].message.content == "The base model."
+
+
+def test_models_lists_it_under_its_base_model(graph, pirate):
+    cards = {m.id: m for m in graph.openai().models.list().data}
+    assert {"pirate", "arr", "declared", MODEL} <= set(cards)
+    assert cards["pirate"].model_extra["parent"] == MODEL
+    assert cards["arr"].model_extra["root"] == "pirate"
+    tok = httpx.post(f"{graph.url}/tokenize", json={"model": "pirate", "prompt": "hello"}, headers=AUTH).json()
+    assert tok["count"] > 0
+
+
+def test_a_served_name_cannot_be_loaded_again(graph, pirate):
+    for body in (
+        {"model": MODEL, "id": "pirate", "path": "/adapters/other"},  # a run-time adapter's id
+        {"model": MODEL, "id": "fresh", "path": "/adapters/fresh", "aliases": ["arr"]},  # ... or its alias
+        {"model": MODEL, "id": "declared", "path": "/adapters/declared"},  # a declared adapter
+        {"model": MODEL, "id": "main", "path": "/adapters/x"},  # a model alias
+    ):
+        r = graph.load(body)
+        assert r.status_code == 400, (body, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["code"] == "adapter_exists", err
+        assert "already served" in err["message"]
+    with pytest.raises(openai.NotFoundError):  # the refused load left nothing behind
+        graph.ask("fresh")
+
+
+def test_an_unknown_model_or_a_bad_body_is_refused_in_openais_envelope(graph):
+    r = graph.load({"model": "no-such-model", "id": "orphan", "path": "/adapters/orphan"})
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "model_not_found"
+    r = graph.load({"model": MODEL, "id": "has space", "path": "/p", "rank": 8})
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(f"{graph.url}/v1/admin/adapters", content=b"{not json", headers=AUTH)
+    assert r.status_code == 400 and "error" in r.json()
+
+
+def _overlap_sum(g: Graph) -> float:
+    text = httpx.get(f"{g.url}/metrics", headers=AUTH).text
+    m = re.search(rf'agentserve_route_overlap_blocks_sum{{model="{re.escape(MODEL)}"}} ([0-9.e+]+)', text)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_a_prefix_cached_under_one_adapter_is_no_hit_under_another(graph, pirate):
+    r = graph.load({"model": MODEL, "id": "scribe", "path": "/adapters/scribe"})
+    assert r.status_code == 200, r.text
+    client = graph.openai()
+    system = "You are a careful assistant for the adapter prefix test. " * 20  # a dozen 16-token blocks
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Same prompt, two adapters?"}]
+
+    def ask(model: str) -> tuple[int, str]:
+        r = client.chat.completions.create(model=model, messages=messages)
+        return r.usage.prompt_tokens_details.cached_tokens, r.choices[0].message.content
+
+    assert ask("pirate") == (0, "Arr, the pirate adapter.")
+    before = _overlap_sum(graph)
+    cached, _ = ask("pirate")
+    assert cached >= 160  # cached under pirate, and the router knew: overlap counted
+    assert _overlap_sum(graph) - before >= 10
+    before = _overlap_sum(graph)
+    assert ask("scribe") == (0, "Thus writes the scribe adapter.")  # same tokens, another adapter: no hit
+    assert _overlap_sum(graph) == before
+    assert ask(MODEL)[0] == 0  # nor under the base model
+
+
+def test_a_replica_added_later_serves_the_adapter(graph, pirate):
+    first = graph.running()
+    graph.deploy(replicas=2)
+    _wait_for("two engine replicas", lambda: len(graph.running()) == 2)
+    _wait_for("the router to see both", lambda: graph.router_view() == graph.running())
+    (new,) = graph.running() - first
+    router = graph.router()
+    router.set_policy.remote("round_robin").result(timeout_s=10)  # every replica gets its turn
+    try:
+        before = graph.started(new)
+        for i in range(4):
+            r = graph.ask("pirate", f"Round {i}: who answers?")
+            assert r.choices[0].message.content == "Arr, the pirate adapter."
+        assert graph.started(new) - before >= 1  # the new replica served some of them, under the adapter
+    finally:
+        router.set_policy.remote("kv").result(timeout_s=10)
