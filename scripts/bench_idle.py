@@ -209,7 +209,9 @@ def make_contender(name: str, eng: dict[str, Any], config: dict[str, Any], env: 
         bv.graph_config(config, port, cfg_path)
         # Short path: Ray's unix sockets live under it (108-byte limit).
         ray_tmp = Path(tempfile.mkdtemp(prefix="rb_", dir="/tmp"))
-        genv = {**env, "RAY_TMPDIR": str(ray_tmp)}
+        from agentserve.serve import ray_env
+
+        genv = {**env, **ray_env.beside_others(), "RAY_TMPDIR": str(ray_tmp)}  # HAProxy's own ports free too
         argv = make_serve_argv(cfg_path)
         return Contender(name, bv.Server(name, argv, port, tmp / "server.log", genv), tmp, ray_tmp)
     if name == "graph-plain":  # make serve as it was before SERVE_ENV: plain `serve run`, Ray's defaults

@@ -48,6 +48,13 @@ def listening_ports(marker: str) -> list[int]:
     return sorted(ports)
 
 
+def speaks_http(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=5, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 async def measure(paths: dict[str, str], rounds: int) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {api: {name: [] for name in paths} for api in APIS}
     clients = {name: httpx.AsyncClient(base_url=url, timeout=60, trust_env=False) for name, url in paths.items()}
@@ -100,7 +107,7 @@ def main() -> None:
     out = Path("/tmp/ingress_paths" if a.quick else a.out)
     with running_graph(ARGS) as url:
         replica = listening_ports("ServeReplica:agentserve:Ingress")
-        proxy = listening_ports("ProxyActor")
+        proxy = [p for p in listening_ports("ProxyActor") if speaks_http(p)]  # not its gRPC port
         if not replica or not proxy:
             raise SystemExit(f"direct ingress ports not found (replica {replica}, proxy {proxy}): is HAProxy mode on?")
         paths = {"haproxy": url, "direct": f"http://127.0.0.1:{replica[0]}", "python_proxy": f"http://127.0.0.1:{proxy[0]}"}

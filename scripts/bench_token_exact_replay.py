@@ -154,7 +154,7 @@ def main() -> None:
     base = {"engine": {"kind": "vllm", "block_size": args.block_size, "enforce_eager": True, "kv_cache_gib": 1,
                        "max_num_seqs": 8}}
     port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.SERVE_ENV})
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.beside_others()})
     started = time.perf_counter()
     turns: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
     try:

@@ -779,7 +779,9 @@ def main() -> int:
             from bench_idle import make_serve_argv
 
             ray_tmp = Path(tempfile.mkdtemp(prefix="rv_", dir="/tmp"))
-            genv = {**env, "RAY_TMPDIR": str(ray_tmp)}
+            from agentserve.serve import ray_env
+
+            genv = {**env, **ray_env.beside_others(), "RAY_TMPDIR": str(ray_tmp)}  # HAProxy's own ports free too
             if a.direct_ingress:  # the one ingress replica gets the only port of Serve's direct-ingress range
                 port = free_port()
                 genv.update(RAY_SERVE_ENABLE_DIRECT_INGRESS="1", RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=str(port),

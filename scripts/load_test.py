@@ -626,7 +626,7 @@ def main() -> None:
     # The graph's processes start with the environment `make serve` ships (agentserve/serve/ray_env.py); this
     # driver keeps Serve's defaults (its sync `.result()` calls need the handle router on a loop of its own).
     ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": ray_env.SERVE_ENV})
+             runtime_env={"env_vars": ray_env.beside_others()})
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         _get_global_client().deploy_apps(ServeDeploySchema.model_validate(serve_config(a, port, data_dir)))

@@ -75,7 +75,7 @@ def running_graph(
         include_dashboard=False,
         log_to_driver=False,
         ignore_reinit_error=True,
-        runtime_env={"env_vars": ray_env.SERVE_ENV},
+        runtime_env={"env_vars": ray_env.beside_others()},
     )
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port, **(http_options or {})})

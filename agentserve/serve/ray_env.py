@@ -28,6 +28,7 @@ Ray (the raylet's workers inherit it), never set later.
 from __future__ import annotations
 
 import os
+import socket
 from typing import MutableMapping
 
 SERVE_ENV: dict[str, str] = {
@@ -41,6 +42,28 @@ SERVE_ENV: dict[str, str] = {
     "RAY_worker_niceness": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+
+
+# Ports Serve's HAProxy mode binds at fixed numbers on every node besides the HTTP port: HAProxy's stats page and
+# Prometheus exporter, and the Python proxy it keeps as backup (HTTP and gRPC).
+_FIXED_PORTS = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def beside_others() -> dict[str, str]:
+    """SERVE_ENV plus free ports for the listeners HAProxy mode would put on fixed ones, for a graph that shares
+    its machine with other graphs (tests, benchmarks): two graphs on one machine would otherwise both bind 8404."""
+    return {**SERVE_ENV, **{key: str(_free_port()) for key in _FIXED_PORTS}}
 
 
 def apply(environ: MutableMapping[str, str] | None = None) -> None:

@@ -27,9 +27,12 @@ def main(trace_dir: str, bench_json: str) -> None:
     for ev, c in zip(reqs[-len(client):], client):
         a0, e0 = ev["admit_start"][0], min(ev["engine_out"])
         first_send = min(t for t in ev["body_send"] if t >= e0)
-        rows.append({"client_ttft": c["ttft"], "engine_first": e0 - a0, "ingress_first_send": first_send - a0,
+        rows.append({"client_ttft": c["ttft"], "admit": ev["admit_end"][0] - a0 if ev["admit_end"] else float("nan"),
+                     "engine_first": e0 - a0, "ingress_first_send": first_send - a0,
                      "unexplained": c["ttft"] - (first_send - a0)})
-    for k in ("client_ttft", "engine_first", "ingress_first_send", "unexplained"):
+    slow = sorted(rows, key=lambda r: -r["client_ttft"])[: max(1, len(rows) // 10)]
+    print("slowest tenth, ms:", *(" ".join(f"{k} {1000 * v:.0f}" for k, v in r.items()) for r in slow), sep="\n  ")
+    for k in ("client_ttft", "admit", "engine_first", "ingress_first_send", "unexplained"):
         xs = sorted(r[k] for r in rows)
         n = len(xs)
         print(f"{k:20s} n {n:4d}  p50 {1000 * xs[n // 2]:7.1f} ms  p90 {1000 * xs[int(n * .9)]:7.1f} ms  "

@@ -119,7 +119,7 @@ def graph(model_path) -> Iterator[Graph]:
         raise RuntimeError(f"a graph is already running for {conftest._graph_running[0]}")
     conftest._graph_running.append(__name__)
     port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.SERVE_ENV})
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.beside_others()})
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         g = Graph(port)
