@@ -133,6 +133,8 @@ def test_multi_model_serve_config_is_valid_and_names_each_engine_deployment():
     assert len(catalog) == 2 and all(m.engine is not None and m.engine.kind == "vllm" for m in catalog)
     engines = {args.engine_deployment_name(m) for m in catalog}
     assert {d["name"] for d in app["deployments"]} == {"Ingress", "Preprocessor", "Router", *engines}
+    # It runs on a 2-core machine: every replica's logical CPUs fit, or Serve never places the last deployment.
+    assert sum(d["num_replicas"] * d["ray_actor_options"]["num_cpus"] for d in app["deployments"]) <= 2
     main, small = catalog
     assert small.context_window < main.context_window
     assert small.engine.max_num_seqs < main.engine.max_num_seqs
