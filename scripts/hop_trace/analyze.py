@@ -22,7 +22,7 @@ def main(trace_dir: str, bench_json: str) -> None:
     reqs = sorted((ev for ev in by.values() if ev["admit_start"] and len(ev["engine_out"]) >= 16),
                   key=lambda ev: ev["admit_start"][0])
     bench = json.load(open(bench_json))
-    client = [r for p in bench["phases"] if p["concurrency"] == 1 for r in p["requests"]]
+    client = [r for p in bench["phases"] if p["concurrency"] == 1 and p.get("server", "graph") == "graph" for r in p["requests"]]
     rows = []
     for ev, c in zip(reqs[-len(client):], client):
         a0, e0 = ev["admit_start"][0], min(ev["engine_out"])
