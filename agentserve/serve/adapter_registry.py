@@ -4,7 +4,8 @@ replica), so every Ingress replica and every engine replica that starts later le
 A load is claimed first (its names reserved, so two concurrent loads of one id cannot both pass), then committed
 once every replica of its model holds it, or released if one could not load it. Engine replicas starting up load
 the pending ones too: one that registers while a load is under way would otherwise miss it. Plain Python, in
-memory: a Router restart forgets run-time adapters (the catalog's declared `adapters:` are the durable form).
+memory: a restarted Router relearns the adapters from the engine replicas that hold them as they register again
+(`adopt`); with none left, they are gone (the catalog's declared `adapters:` are the durable form).
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ class RuntimeAdapters:
 
     def release(self, model: str, adapter_id: str) -> None:
         self._pending.get(model, {}).pop(adapter_id, None)
+
+    def adopt(self, model: str, spec: LoraAdapterSpec) -> bool:
+        """An adapter an engine replica reports holding as it registers: after a Router restart this is how the
+        registry is relearnt (as the prefix index is, from the replicas). Adopted only if its names are free (a load
+        under way, or a clash, is left alone); True if it was new."""
+        if model not in self._models or any(self._owner(n) is not None for n in spec.names()):
+            return False
+        self._committed[model][spec.id] = spec
+        return True
 
     def for_model(self, model: str, *, pending: bool = False) -> list[LoraAdapterSpec]:
         """What a replica of `model` loads as it starts (with `pending`: loads under way too), in load order."""

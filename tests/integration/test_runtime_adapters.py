@@ -263,3 +263,25 @@ def test_a_replica_added_later_serves_the_adapter(graph, pirate):
         assert graph.started(new) - before >= 1  # the new replica served some of them, under the adapter
     finally:
         router.set_policy.remote("kv").result(timeout_s=10)
+
+
+def test_a_restarted_router_relearns_run_time_adapters_from_the_engines(graph, pirate):
+    import ray
+
+    details = graph._client.get_serve_details()["applications"][APP]["deployments"]["Router"]
+    (old,) = [r for r in details["replicas"] if r["state"] == "RUNNING"]
+    ray.kill(ray.get_actor(old["actor_name"], namespace="serve"), no_restart=True)  # Serve starts a new Router
+
+    def replaced() -> bool:
+        now = graph._client.get_serve_details()["applications"][APP]["deployments"]["Router"]["replicas"]
+        return [r["replica_id"] for r in now if r["state"] == "RUNNING"] not in ([], [old["replica_id"]])
+
+    _wait_for("Serve to replace the Router", replaced, 60)
+
+    def relearnt() -> bool:
+        runtime = graph.router().adapters.remote().result(timeout_s=5)
+        return "pirate" in {a["id"] for a in runtime.get(MODEL, [])}
+
+    _wait_for("the new Router to relearn the adapters from the engine replicas' registrations", relearnt, 60)
+    assert graph.load({"model": MODEL, "id": "pirate", "path": "/adapters/other"}).status_code == 400  # still served
+    assert graph.ask("arr").choices[0].message.content == "Arr, the pirate adapter."

@@ -303,3 +303,18 @@ def test_pending_loads_come_after_committed_ones_for_a_starting_replica():
     with pytest.raises(RequestError) as info:
         reg.claim("base/x", LoraAdapterSpec(id="z", path="/z"))
     assert info.value.kind == "not_found"
+
+
+def test_a_restarted_router_relearns_adapters_from_the_replicas_that_hold_them():
+    reg = RuntimeAdapters(MODELS)  # a fresh Router: it knows only the config
+    held = LoraAdapterSpec(id="pirate", path="/p", aliases=("arr",))
+    assert reg.adopt("base/a", held)
+    assert not reg.adopt("base/a", held)  # the next replica reporting it changes nothing
+    assert reg.committed() == {"base/a": [held]}
+    assert not reg.adopt("base/b", LoraAdapterSpec(id="other", path="/o", aliases=("arr",)))  # a clash: left alone
+    assert not reg.adopt("base/a", LoraAdapterSpec(id="declared", path="/d"))  # declared: not a run-time adapter
+    reg.claim("base/a", LoraAdapterSpec(id="loading", path="/l"))
+    assert not reg.adopt("base/a", LoraAdapterSpec(id="loading", path="/l"))  # a load under way stays pending
+    assert [s.id for s in reg.for_model("base/a")] == ["pirate"]
+    with pytest.raises(RequestError):  # and a relearnt id is refused like any served one
+        reg.claim("base/b", LoraAdapterSpec(id="pirate", path="/x"))

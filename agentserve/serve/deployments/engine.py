@@ -116,7 +116,7 @@ class EngineReplica:
         self._signals = RouterSignals(router, self._replica_id)
         self._registration = self._kv_registration()
         await self._load_runtime_adapters()  # before registering: no adapter request reaches a replica without it
-        await self._router.register.remote(self._replica_id, self._registration)
+        await self._router.register.remote(self._replica_id, self._registration_info())
         self._heartbeat = asyncio.create_task(self._report_forever())
         logger.info("engine replica %s of %s ready (%s)", self._replica_id, self._model.id, self._spec.kind)
 
@@ -138,6 +138,13 @@ class EngineReplica:
                 logger.warning("replica %s could not load run-time LoRA adapter %s", self._replica_id, spec.id,
                                exc_info=True)  # fmt: skip
 
+    def _registration_info(self) -> dict[str, Any]:
+        """What the router learns as this replica registers: its KV endpoints and the LoRA adapters it holds beyond
+        the declared ones (so a restarted Router relearns the adapters loaded at run time)."""
+        declared = {a.id for a in self._model.adapters}
+        runtime = [a.model_dump() for a in self._engine.adapters() if a.id not in declared]
+        return {**self._registration, "adapters": runtime}
+
     def _kv_registration(self) -> dict[str, Any]:
         """Where the router subscribes to this replica's KV events (None: it learns approximately)."""
         ports = getattr(self._engine, "kv_event_ports", lambda: None)()
@@ -158,7 +165,7 @@ class EngineReplica:
             try:
                 known = await self._router.heartbeat.remote(self._replica_id, list(self._signals.running))
                 if known is False:  # the router restarted: join its index again
-                    await self._router.register.remote(self._replica_id, self._registration)
+                    await self._router.register.remote(self._replica_id, self._registration_info())
             except Exception:  # the router restarting must not kill the engine
                 logger.warning("router heartbeat failed", exc_info=True)
 

@@ -115,6 +115,9 @@ class RouterReplica:
         endpoint = info.get("kv_endpoint")
         events = self._subscriber is not None and endpoint is not None
         self._router.register(replica_id, info.get("model"), events=events)
+        for adapter in info.get("adapters") or ():  # its run-time adapters: relearnt here after a Router restart
+            if self._adapters.adopt(self._router.model_of(replica_id) or "", LoraAdapterSpec.model_validate(adapter)):
+                logger.info("run-time LoRA adapter %s relearnt from replica %s", adapter.get("id"), replica_id)
         if events:
             self._endpoints[replica_id] = endpoint
             self._subscriber.add(replica_id, endpoint, info.get("replay_endpoint"))
