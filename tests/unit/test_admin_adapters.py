@@ -181,6 +181,20 @@ def test_a_replica_that_never_answers_its_pinned_calls_fails_the_load(monkeypatc
     assert router.registry.for_model("base/a", pending=True) == []
 
 
+def test_a_replica_that_registers_during_the_load_gets_it_too():
+    ctx, router, engine = _setup({"r1": "ok", "r2": "ok"})
+    router.live["base/a"] = ["r1"]  # r2 is still starting when the load begins
+    original = engine.load_adapter.fn
+
+    async def r2_joins(adapter: dict[str, Any], route: Any) -> dict[str, Any]:
+        router.live["base/a"] = ["r1", "r2"]
+        return await original(adapter, route)
+
+    engine.load_adapter.fn = r2_joins
+    assert _load(ctx, {"model": "a", "id": "pirate", "path": "/p"})["replicas"] == ["r1", "r2"]
+    assert engine.loaded["r2"] == ["pirate"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [

@@ -79,13 +79,14 @@ class AdapterAdmin:
 
     async def _load_on_new(self, model: str, spec: LoraAdapterSpec, seen: set[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for rid in set(await self._ctx.path.router.replicas.remote(model)) - seen:
-            try:
+        try:
+            for rid in set(await self._ctx.path.router.replicas.remote(model)) - seen:
                 adapters = await self._load_on(model, spec, rid)
                 if adapters is not None:
                     out[rid] = adapters
-            except Exception:  # it loaded the pending list as it started; this pass only double-checks
-                logger.warning("replica %s: run-time adapter %s not confirmed", rid, spec.id, exc_info=True)
+        except Exception:  # a newcomer loaded the pending list as it started: this pass only double-checks
+            logger.warning("run-time adapter %s not confirmed on replicas that joined during the load", spec.id,
+                           exc_info=True)  # fmt: skip
         return out
 
     async def _load_on(self, model: str, spec: LoraAdapterSpec, rid: str) -> list[str] | None:
