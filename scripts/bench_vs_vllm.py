@@ -656,7 +656,8 @@ def table(summary: dict[str, Any], names: list[str]) -> str:
                          + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in r["met"].items()))
             lines.append(line)
     lines.append("TTFT in ms over raw requests (warm-up excluded); tok/s = output tokens / wall time over all phases "
-                 "of that level; idle contenders paused (SIGSTOP of the whole process tree) during each phase.")
+                 "of that level; " + ("idle contenders paused (SIGSTOP of the whole process tree) during each phase."
+                                      if PAUSING else "idle contenders left running."))
     return "\n".join(lines)
 
 
