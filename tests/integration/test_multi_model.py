@@ -24,12 +24,12 @@ pytestmark = pytest.mark.integration
 
 APP = "agentserve"
 MAIN, HAIKU = "agent/main", "agent/haiku"
-LONG = "tick " * 300  # ~9 s at 30 ms a token
+LONG = "tick " * 400  # ~24 s at 60 ms a token: outlasts a scale-up on a loaded 2-core machine
 
 
 def _rules(name: str) -> list[dict[str, Any]]:
     return [
-        {"match": "long stream", "reply": LONG, "itl_ms": 30},
+        {"match": "long stream", "reply": LONG, "itl_ms": 60},
         {"match": "", "reply": f"This is the {name} engine.", "itl_ms": 0},
     ]
 
