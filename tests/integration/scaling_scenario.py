@@ -18,6 +18,7 @@ from typing import Any, Callable
 import httpx
 
 from tests.conftest import free_port
+from tests.integration import deployed_graph
 
 APP = "agentserve"
 WORDS = 120
@@ -29,40 +30,12 @@ RULES = [
 ARGS = {"engine": {"kind": "scripted", "block_size": 16, "rules": RULES}, "secret_key": "0" * 64}
 
 
-def config(engine_replicas: int, port: int) -> dict[str, Any]:
-    return {
-        "http_options": {"host": "127.0.0.1", "port": port},
-        "applications": [
-            {
-                "name": APP,
-                "route_prefix": "/",
-                "import_path": "agentserve.serve.app:build_app",
-                "args": ARGS,
-                "deployments": [
-                    {"name": "Ingress", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
-                    {"name": "Preprocessor", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
-                    {"name": "Router", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0.1}},
-                    {"name": "Engine", "num_replicas": engine_replicas, "ray_actor_options": {"num_cpus": 0.1}},
-                ],
-            }
-        ],
-    }
-
-
 T0 = time.monotonic()
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    print(f"[{time.monotonic() - T0:6.1f}s] waiting for {what}")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:  # noqa: BLE001 - not ready yet
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    print(f"[{time.monotonic() - T0:6.1f}s] waiting for {what}")  # the parent test shows this log on failure
+    deployed_graph.wait_for(what, check, timeout_s)
 
 
 class Stream(threading.Thread):
@@ -121,7 +94,7 @@ def scenario(client: Any, port: int) -> None:
     url = f"http://127.0.0.1:{port}"
 
     def deploy(n: int) -> None:
-        client.deploy_apps(ServeDeploySchema.model_validate(config(n, port)))
+        client.deploy_apps(ServeDeploySchema.model_validate(deployed_graph.serve_config(ARGS, port, {"Engine": n})))
 
     deploy(1)
     wait_for("app RUNNING", lambda: httpx.get(f"{url}/health").status_code == 200, 120)

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import anthropic
 import httpx
 import openai
 import pytest
 
-from tests.conftest import free_port
+from tests.integration.deployed_graph import DeployedGraph, deployed_graph, wait_for
 
 pytestmark = pytest.mark.integration
 
-APP = "agentserve"
 MAIN, HAIKU = "agent/main", "agent/haiku"
 LONG = "tick " * 400  # ~24 s at 60 ms a token: outlasts a scale-up on a loaded 2-core machine
 
@@ -46,93 +44,23 @@ ARGS = {
 ENGINES = {MAIN: "Engine-agent-main", HAIKU: "Engine-agent-haiku"}
 
 
-def _config(port: int, haiku_replicas: int) -> dict[str, Any]:
-    small = {"ray_actor_options": {"num_cpus": 0.1}}
-    return {
-        "http_options": {"host": "127.0.0.1", "port": port},
-        "applications": [
-            {
-                "name": APP,
-                "route_prefix": "/",
-                "import_path": "agentserve.serve.app:build_app",
-                "args": ARGS,
-                "deployments": [
-                    {"name": "Ingress", "num_replicas": 1, **small},
-                    {"name": "Preprocessor", "num_replicas": 1, **small},
-                    {"name": "Router", "num_replicas": 1, **small},
-                    {"name": ENGINES[MAIN], "num_replicas": 1, **small},
-                    {"name": ENGINES[HAIKU], "num_replicas": haiku_replicas, **small},
-                ],
-            }
-        ],
-    }
+class Graph(DeployedGraph):
+    def scale_haiku(self, replicas: int) -> None:
+        self.deploy({ENGINES[MAIN]: 1, ENGINES[HAIKU]: replicas})
 
-
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:  # noqa: BLE001 - not ready yet
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class Graph:
-    def __init__(self, port: int) -> None:
-        from ray.serve.context import _get_global_client
-
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self._client = _get_global_client()
-
-    def deploy(self, haiku_replicas: int) -> None:
-        from ray.serve.schema import ServeDeploySchema
-
-        self._client.deploy_apps(ServeDeploySchema.model_validate(_config(self.port, haiku_replicas)))
-
-    def status(self) -> str:
-        return self._client.get_serve_details()["applications"][APP]["status"]
-
-    def running(self, model: str) -> set[str]:
-        details = self._client.get_serve_details()
-        dep = details["applications"][APP]["deployments"][ENGINES[model]]
-        return {r["replica_id"] for r in dep["replicas"] if r["state"] == "RUNNING"}
+    def running(self, model: str) -> set[str]:  # type: ignore[override]
+        return super().running(ENGINES[model])
 
     def router_view(self, model: str) -> dict[str, int]:
-        from ray import serve
-
-        return serve.get_deployment_handle("Router", APP).replicas.remote(model).result(timeout_s=10)
+        return self.router().replicas.remote(model).result(timeout_s=10)
 
 
 @pytest.fixture(scope="module")
 def graph(model_path) -> Iterator[Graph]:
-    import ray
-    from ray import serve
-
-    from agentserve.serve import ray_env
-    from tests import conftest
-
-    if conftest._graph_running:  # one graph per test process at a time (tests/conftest.py)
-        raise RuntimeError(f"a graph is already running for {conftest._graph_running[0]}")
-    conftest._graph_running.append(__name__)
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.beside_others()})
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        g = Graph(port)
-        g.deploy(haiku_replicas=1)
-        _wait_for("the app", lambda: g.status() == "RUNNING", 180)
-        _wait_for("the ingress", lambda: httpx.get(f"{g.url}/health").status_code == 200, 60)
+    with deployed_graph(ARGS, {ENGINES[MAIN]: 1, ENGINES[HAIKU]: 1}, __name__, Graph) as g:
         for model in (MAIN, HAIKU):
-            _wait_for(f"the router to see {model}'s engine", lambda m=model: set(g.router_view(m)) == g.running(m) != set())
+            wait_for(f"the router to see {model}'s engine", lambda m=model: set(g.router_view(m)) == g.running(m) != set())
         yield g
-    finally:
-        conftest._graph_running.clear()
-        serve.shutdown()
-        ray.shutdown()
 
 
 def _openai(g: Graph) -> openai.OpenAI:
@@ -262,20 +190,20 @@ def test_scaling_one_models_engine_leaves_the_other_models_streams_intact(graph)
         s.start()
     assert all(s.started.wait(30) for s in streams)
 
-    graph.deploy(haiku_replicas=2)  # re-apply the config with one model's engine scaled up
-    _wait_for("two haiku engine replicas", lambda: len(graph.running(HAIKU)) == 2)
-    _wait_for("the router to see both", lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU))
+    graph.scale_haiku(2)  # re-apply the config with one model's engine scaled up
+    wait_for("two haiku engine replicas", lambda: len(graph.running(HAIKU)) == 2)
+    wait_for("the router to see both", lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU))
     assert any(s.is_alive() for s in streams), "the streams ended before the scale-up: make them longer"
     assert graph.running(MAIN) == main_replicas  # untouched
     haiku = _openai(graph).chat.completions.create(model=HAIKU, messages=[{"role": "user", "content": "and you?"}])
     assert haiku.choices[0].message.content == "This is the haiku engine."
 
-    graph.deploy(haiku_replicas=1)  # and back down, main's streams still running
-    _wait_for("one haiku engine replica", lambda: len(graph.running(HAIKU)) == 1)
+    graph.scale_haiku(1)  # and back down, main's streams still running
+    wait_for("one haiku engine replica", lambda: len(graph.running(HAIKU)) == 1)
     for s in streams:
         s.join(60)
         assert s.error is None, s.error
         assert s.text == LONG, (s.prompt, len(s.text))  # every token, in order
     assert graph.running(MAIN) == main_replicas
-    _wait_for("the router to drop the stopped replica", lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU), 60)
+    wait_for("the router to drop the stopped replica", lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU), 60)
     assert set(graph.router_view(MAIN)) == main_replicas

@@ -8,19 +8,17 @@ must serve the adapter too.
 from __future__ import annotations
 
 import re
-import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import httpx
 import openai
 import pytest
 
 from agentserve.serve.auth import hash_key
-from tests.conftest import free_port
+from tests.integration.deployed_graph import APP, DeployedGraph, deployed_graph, wait_for
 
 pytestmark = pytest.mark.integration
 
-APP = "agentserve"
 MODEL, ENGINE = "agent/main", "Engine-agent-main"
 KEY = "admin-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -48,64 +46,12 @@ ARGS = {
 }
 
 
-def _config(port: int, replicas: int) -> dict[str, Any]:
-    small = {"ray_actor_options": {"num_cpus": 0.1}}
-    return {
-        "http_options": {"host": "127.0.0.1", "port": port},
-        "applications": [
-            {
-                "name": APP,
-                "route_prefix": "/",
-                "import_path": "agentserve.serve.app:build_app",
-                "args": ARGS,
-                "deployments": [
-                    {"name": "Ingress", "num_replicas": 1, **small},
-                    {"name": "Preprocessor", "num_replicas": 1, **small},
-                    {"name": "Router", "num_replicas": 1, **small},
-                    {"name": ENGINE, "num_replicas": replicas, **small},
-                ],
-            }
-        ],
-    }
+class Graph(DeployedGraph):
+    def scale(self, replicas: int) -> None:
+        self.deploy({ENGINE: replicas})
 
-
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:  # noqa: BLE001 - not ready yet
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class Graph:
-    def __init__(self, port: int) -> None:
-        from ray.serve.context import _get_global_client
-
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self._client = _get_global_client()
-
-    def deploy(self, replicas: int) -> None:
-        from ray.serve.schema import ServeDeploySchema
-
-        self._client.deploy_apps(ServeDeploySchema.model_validate(_config(self.port, replicas)))
-
-    def running(self) -> set[str]:
-        dep = self._client.get_serve_details()["applications"][APP]["deployments"][ENGINE]
-        return {r["replica_id"] for r in dep["replicas"] if r["state"] == "RUNNING"}
-
-    def status(self) -> str:
-        return self._client.get_serve_details()["applications"][APP]["status"]
-
-    @staticmethod
-    def router() -> Any:
-        from ray import serve
-
-        return serve.get_deployment_handle("Router", APP)
+    def running(self) -> set[str]:  # type: ignore[override]
+        return super().running(ENGINE)
 
     def router_view(self) -> set[str]:
         return set(self.router().replicas.remote(MODEL).result(timeout_s=10))
@@ -133,29 +79,9 @@ class Graph:
 
 @pytest.fixture(scope="module")
 def graph(model_path) -> Iterator[Graph]:
-    import ray
-    from ray import serve
-
-    from agentserve.serve import ray_env
-    from tests import conftest
-
-    if conftest._graph_running:  # one graph per test process at a time (tests/conftest.py)
-        raise RuntimeError(f"a graph is already running for {conftest._graph_running[0]}")
-    conftest._graph_running.append(__name__)
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.beside_others()})
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        g = Graph(port)
-        g.deploy(replicas=1)
-        _wait_for("the app", lambda: g.status() == "RUNNING", 180)
-        _wait_for("the ingress", lambda: httpx.get(f"{g.url}/health").status_code == 200, 60)
-        _wait_for("the router to see the engine", lambda: g.router_view() == g.running() != set())
+    with deployed_graph(ARGS, {ENGINE: 1}, __name__, Graph) as g:
+        wait_for("the router to see the engine", lambda: g.router_view() == g.running() != set())
         yield g
-    finally:
-        conftest._graph_running.clear()
-        serve.shutdown()
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -249,9 +175,9 @@ def test_a_prefix_cached_under_one_adapter_is_no_hit_under_another(graph, pirate
 
 def test_a_replica_added_later_serves_the_adapter(graph, pirate):
     first = graph.running()
-    graph.deploy(replicas=2)
-    _wait_for("two engine replicas", lambda: len(graph.running()) == 2)
-    _wait_for("the router to see both", lambda: graph.router_view() == graph.running())
+    graph.scale(2)
+    wait_for("two engine replicas", lambda: len(graph.running()) == 2)
+    wait_for("the router to see both", lambda: graph.router_view() == graph.running())
     (new,) = graph.running() - first
     router = graph.router()
     router.set_policy.remote("round_robin").result(timeout_s=10)  # every replica gets its turn
@@ -276,12 +202,12 @@ def test_a_restarted_router_relearns_run_time_adapters_from_the_engines(graph, p
         now = graph._client.get_serve_details()["applications"][APP]["deployments"]["Router"]["replicas"]
         return [r["replica_id"] for r in now if r["state"] == "RUNNING"] not in ([], [old["replica_id"]])
 
-    _wait_for("Serve to replace the Router", replaced, 60)
+    wait_for("Serve to replace the Router", replaced, 60)
 
     def relearnt() -> bool:
         runtime = graph.router().adapters.remote().result(timeout_s=5)
         return "pirate" in {a["id"] for a in runtime.get(MODEL, [])}
 
-    _wait_for("the new Router to relearn the adapters from the engine replicas' registrations", relearnt, 60)
+    wait_for("the new Router to relearn the adapters from the engine replicas' registrations", relearnt, 60)
     assert graph.load({"model": MODEL, "id": "pirate", "path": "/adapters/other"}).status_code == 400  # still served
     assert graph.ask("arr").choices[0].message.content == "Arr, the pirate adapter."
