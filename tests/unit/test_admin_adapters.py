@@ -19,6 +19,7 @@ from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.models import Catalog
 from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
 from agentserve.protocol.errors import RequestError
+from tests.unit.fake_handles import Method
 from agentserve.serve.adapter_registry import RuntimeAdapters
 from agentserve.serve.context import IngressContext
 from agentserve.serve.errors import error_response
@@ -29,16 +30,6 @@ MODELS = (
     ModelSpec(id="base/a", aliases=("a",), adapters=(LoraAdapterSpec(id="declared", path="/d"),)),
     ModelSpec(id="base/b", aliases=("b",)),
 )
-
-
-class Method:
-    def __init__(self, fn) -> None:
-        self.fn = fn
-        self.calls: list[tuple] = []
-
-    def remote(self, *args: Any) -> Any:
-        self.calls.append(args)
-        return self.fn(*args)
 
 
 class FakeRouter:

@@ -26,17 +26,8 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.errors import RequestError
+from tests.unit.fake_handles import Method
 from agentserve.serve.lifecycle import ParseOptions, RequestLifecycle, RequestPath
-
-
-class Method:
-    def __init__(self, fn) -> None:
-        self.fn = fn
-        self.calls: list[tuple] = []
-
-    def remote(self, *args: Any) -> Any:
-        self.calls.append(args)
-        return self.fn(*args)
 
 
 class FakeStream:
