@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import secrets
-import socket
 import statistics
 import sys
 import time
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from agentserve.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -96,12 +97,6 @@ def measure(client: httpx.Client, url: str, payload: dict[str, Any]) -> dict[str
                 elif event == "error":
                     raise RuntimeError(line)
     return {"ttft_s": ttft if ttft is not None else time.perf_counter() - t0, **usage}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def plot(result: dict[str, Any]) -> None:

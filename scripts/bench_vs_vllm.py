@@ -39,7 +39,6 @@ import os
 import platform
 import random
 import signal
-import socket
 import statistics
 import shutil
 import string
@@ -49,6 +48,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from agentserve.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,12 +74,6 @@ PROMPT_BODY = (
 # ---------------------------------------------------------------------------------------------------------------
 # processes
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def descendants(pid: int) -> list[int]:

@@ -41,7 +41,6 @@ import platform
 import random
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -49,6 +48,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from agentserve.ports import free_port
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -63,12 +64,6 @@ WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo li
          "romeo sierra tango uniform victor whiskey xray yankee zulu river stone cloud paper glass metal").split()
 CHAIN_MARK = "CHAINTURN"
 CHAIN_REPLY = "Noted; continuing the session."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def graph_args(a: argparse.Namespace, data_dir: str) -> dict[str, Any]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+from agentserve.ports import free_port  # noqa: F401 - tests import it from here
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,12 +35,6 @@ def tokenizer(model_path: Path):
     from agentserve.preprocess.tokenizer import load_tokenizer
 
     return load_tokenizer(str(model_path))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _graph_running: list[str] = []

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 from agentserve.config import EngineSpec, LoraAdapterSpec
+from agentserve.ports import free_port
 from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
 from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
 
@@ -80,14 +81,6 @@ def engine_args(
     return kwargs
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def _ray_stat_loggers() -> list[Any] | None:
     """Inside Ray, vLLM's own metrics (scheduler queue time, prefix-cache queries/hits, KV usage) go through
     Ray's metrics agent as `ray_vllm_*`, beside agentserve's; vLLM's default Prometheus logger would only fill
@@ -125,7 +118,7 @@ class VllmEngine:
         adapters: tuple[LoraAdapterSpec, ...] = (),
         max_lora_rank: int = 16,
     ) -> None:
-        self._kv_ports = (_free_port(), _free_port()) if spec.kv_events else None
+        self._kv_ports = (free_port(), free_port()) if spec.kv_events else None
         self._kwargs = engine_args(
             spec, model_path, context_window, self._kv_ports, reasoning_markers, adapters, max_lora_rank
         )

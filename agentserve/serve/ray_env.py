@@ -28,8 +28,9 @@ Ray (the raylet's workers inherit it), never set later.
 from __future__ import annotations
 
 import os
-import socket
 from typing import MutableMapping
+
+from agentserve.ports import free_port
 
 SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
@@ -54,16 +55,10 @@ _FIXED_PORTS = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def beside_others() -> dict[str, str]:
     """SERVE_ENV plus free ports for the listeners HAProxy mode would put on fixed ones, for a graph that shares
     its machine with other graphs (tests, benchmarks): two graphs on one machine would otherwise both bind 8404."""
-    return {**SERVE_ENV, **{key: str(_free_port()) for key in _FIXED_PORTS}}
+    return {**SERVE_ENV, **{key: str(free_port()) for key in _FIXED_PORTS}}
 
 
 def apply(environ: MutableMapping[str, str] | None = None) -> None:

@@ -81,6 +81,7 @@ ROUTES = [
     ("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models"), ("GET", "/v1/models/smollm2"),
     ("POST", "/tokenize"), ("POST", "/v1/tokenize"), ("POST", "/detokenize"), ("POST", "/v1/detokenize"),
     ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/v1/nothing-here"), ("GET", "/docs"),
+    ("POST", "/v1/admin/adapters"),
 ]
 
 
