@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,8 @@ from typing import Any
 from agentserve.prepare_model import (
     _exclusive_lock,
     _remove_leftovers,
-    _swap_into_place,
     _write_json_atomic,
+    build_in_place,
     prepare_model,
     read_manifest,
 )
@@ -79,15 +77,11 @@ def prepare_adapter(model_path: Path | None = None, out_dir: Path | None = None,
         if not force and _manifest(target) == {"recipe": _RECIPE, "base": base}:
             logger.info("LoRA adapter is up to date: %s", target)
             return target
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
-            staging.chmod(0o755)
+        def build(staging: Path) -> None:
             _train(model_path, staging)
             _write_json_atomic(staging / MANIFEST_NAME, {"recipe": _RECIPE, "base": base})
-            _swap_into_place(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+
+        build_in_place(target, build)
     logger.info("LoRA adapter ready: %s", target)
     return target
 

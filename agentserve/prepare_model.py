@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -123,16 +123,11 @@ def prepare_model(cache_dir: Path | None = None, *, force: bool = False) -> Path
             logger.info("force=True: rebuilding the model checkpoint in %s", target)
         elif target.exists():
             logger.info("no valid checkpoint in %s; rebuilding it", target)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
-            staging.chmod(0o755)
-            source = _source_info(gguf_path)
+        def build(staging: Path) -> None:
             _convert(gguf_path, staging, template)
-            _write_manifest(staging, source, template_sha)  # last: marks the checkpoint complete
-            _swap_into_place(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            _write_manifest(staging, _source_info(gguf_path), template_sha)  # last: marks the checkpoint complete
+
+        build_in_place(target, build)
     logger.info("model checkpoint ready: %s", target)
     return target
 
@@ -282,6 +277,18 @@ def _files_complete(checkpoint_dir: Path, manifest: dict[str, Any]) -> bool:
         return (checkpoint_dir / WEIGHTS_NAME).stat().st_size == weights.get("size")
     except OSError:
         return False
+
+
+def build_in_place(target: Path, build: Callable[[Path], None]) -> None:
+    """Build into a fresh staging dir beside ``target`` and swap it in whole: a reader never sees half a build."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        staging.chmod(0o755)
+        build(staging)
+        _swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _swap_into_place(staging: Path, target: Path) -> None:
