@@ -267,8 +267,9 @@ def _secret_env(v: K8sValues) -> list[dict[str, Any]]:
 def _common_env(v: K8sValues) -> list[dict[str, Any]]:
     from agentserve.serve.ray_env import SERVE_ENV  # what `make serve` and the benchmarks run with
 
+    env = {**SERVE_ENV, "RAY_SERVE_HAPROXY_BINARY_PATH": v.haproxy_binary}  # the image's path, not this machine's
     return [
-        *({"name": k, "value": val} for k, val in SERVE_ENV.items()),
+        *({"name": k, "value": val} for k, val in env.items()),
         {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
         {"name": "HF_HUB_OFFLINE", "value": "1"},  # weights come from the model cache volume
         *_secret_env(v),

