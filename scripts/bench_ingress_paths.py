@@ -1,9 +1,9 @@
-"""Three ways into one graph, measured side by side: HAProxy (Serve's HAProxy mode, opt-in), the Ingress replica's own
-port (Serve's direct ingress, no front at all) and Serve's Python proxy actor (the default front; HAProxy keeps it as
-its backup server).
+"""Three ways into one graph, measured side by side: HAProxy (Serve's HAProxy mode, the shipped front), the Ingress
+replica's own port (Serve's direct ingress, no front at all) and Serve's Python proxy actor (HAProxy keeps it as its
+backup server; the front with RAY_SERVE_ENABLE_HA_PROXY=0).
 
-    RAY_SERVE_ENABLE_HA_PROXY=1 .venv/bin/python scripts/bench_ingress_paths.py   # docs/benchmarks/ingress_paths.{json,png}
-    RAY_SERVE_ENABLE_HA_PROXY=1 .venv/bin/python scripts/bench_ingress_paths.py --quick
+    .venv/bin/python scripts/bench_ingress_paths.py   # docs/benchmarks/ingress_paths.{json,png}
+    .venv/bin/python scripts/bench_ingress_paths.py --quick
 
 One graph with the scripted engine (first token at once), started as the tests start theirs (the shipped Ray/Serve
 environment, agentserve/serve/ray_env.py); sequential requests (c=1) per API, rotating over the three paths request
@@ -109,7 +109,7 @@ def main() -> None:
         replica = listening_ports("ServeReplica:agentserve:Ingress")
         proxy = [p for p in listening_ports("ProxyActor") if speaks_http(p)]  # not its gRPC port
         if not replica or not proxy:
-            raise SystemExit(f"direct ingress ports not found (replica {replica}, proxy {proxy}): run with RAY_SERVE_ENABLE_HA_PROXY=1")
+            raise SystemExit(f"direct ingress ports not found (replica {replica}, proxy {proxy}): is RAY_SERVE_ENABLE_HA_PROXY=0 set?")
         paths = {"haproxy": url, "direct": f"http://127.0.0.1:{replica[0]}", "python_proxy": f"http://127.0.0.1:{proxy[0]}"}
         load0 = os.getloadavg()
         raw = asyncio.run(measure(paths, rounds))

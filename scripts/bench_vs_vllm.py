@@ -203,6 +203,12 @@ def vllm_serve_argv(eng: dict[str, Any], port: int) -> list[str]:
     return argv
 
 
+def graph_front_is_haproxy() -> bool:
+    from agentserve.serve import ray_env
+
+    return {**ray_env.SERVE_ENV, **os.environ}.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"
+
+
 def graph_config(config: dict[str, Any], port: int, path: Path) -> None:
     import yaml
 
@@ -819,6 +825,7 @@ def main() -> int:
             "startup_s_alone": {s.name: s.ready_s for s in servers},
             "graph_command": servers[names.index("graph")].argv if "graph" in names else None,
             "graph_clients_connect_to": "the ingress replica (Serve direct ingress)" if a.direct_ingress
+                                        else "HAProxy (Serve's HAProxy mode)" if graph_front_is_haproxy()
                                         else "Serve's HTTP proxy",
         }
         result = {
