@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from bench_client import prioritize_client  # noqa: E402
 from bench_serving_overhead import APIS, ARGS, one, summary  # noqa: E402
 from tests.conftest import running_graph  # noqa: E402
 
@@ -103,6 +104,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "ingress_paths"))
     a = ap.parse_args()
+    client_scheduling = prioritize_client()
     rounds = 10 if a.quick else a.rounds
     out = Path("/tmp/ingress_paths" if a.quick else a.out)
     with running_graph(ARGS) as url:
@@ -117,7 +119,7 @@ def main() -> None:
     doc = {
         "benchmark": "ingress paths: HAProxy vs direct ingress vs Serve's Python proxy (scripted engine, c=1)",
         "command": "python scripts/bench_ingress_paths.py " + " ".join(sys.argv[1:]),
-        "conditions": {"git": os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip(),
+        "conditions": {"client_scheduling": client_scheduling, "git": os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip(),
                        "loadavg_1_5_15_start": load0, "loadavg_1_5_15_end": load1, "cpus": os.cpu_count(),
                        "warm_up": "first round of each API excluded", "paths": paths,
                        "interleaving": "request by request, rotating which path goes first"},

@@ -28,6 +28,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentserve.serve import ray_env  # noqa: E402
+from bench_client import prioritize_client  # noqa: E402
 from tests.conftest import running_graph  # noqa: E402
 
 REPLY = "<think>Short thought.</think>Hello there friend, this is the answer."
@@ -114,6 +116,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "serving_overhead.json"))
     a = ap.parse_args()
+    client_scheduling = prioritize_client()
     n1, per64 = (40, 2) if a.quick else (300, 4)
     results: dict[str, Any] = {}
     with running_graph(ARGS, name=APP) as url:
@@ -140,8 +143,8 @@ def main() -> None:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {
         "command": "python scripts/bench_serving_overhead.py" + (" --quick" if a.quick else ""),
-        "conditions": {"loadavg": load, "git_head": head, "cpus": os.cpu_count(),
-                       "ray_serve_env": {k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}},
+        "conditions": {"loadavg": load, "git_head": head, "cpus": os.cpu_count(), "client_scheduling": client_scheduling,
+                       "ray_serve_env": {**ray_env.SERVE_ENV, **{k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}}},
         "ttft_ms": results,
         "proxy_only_models_ms": summary(models),
         "router_calls_per_request": calls,

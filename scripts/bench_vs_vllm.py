@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.ports import free_port
+from bench_client import prioritize_client
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -754,6 +755,7 @@ def main() -> int:
     if a.graph_launcher:
         graph_launcher(a.graph_launcher)
         return 0
+    client_scheduling = prioritize_client()
     global PAUSING
     PAUSING = not a.no_pause and len(a.contenders) > 1
     if a.quick:
@@ -811,6 +813,7 @@ def main() -> int:
         load_before = os.getloadavg()
         measured = asyncio.run(measure(servers, model, a, log))
         conditions = {
+            "client_scheduling": client_scheduling,
             "git_at_start": git_at_start,
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
