@@ -827,6 +827,8 @@ def main() -> int:
             "thread_cpu_affinity": {s.name: omp_report(s.tree()) for s in servers},
             "startup_s_alone": {s.name: s.ready_s for s in servers},
             "graph_command": servers[names.index("graph")].argv if "graph" in names else None,
+            "rayllm_environment": "Ray's defaults: workers at nice 15, Serve's Python proxy in front, no agentserve "
+                                  "SERVE_ENV" if "rayllm" in names else None,
             "graph_clients_connect_to": "the ingress replica (Serve direct ingress)" if a.direct_ingress
                                         else "HAProxy (Serve's HAProxy mode)" if graph_front_is_haproxy()
                                         else "Serve's HTTP proxy",
