@@ -3,28 +3,20 @@ test can rescale one deployment in place by re-applying the config, as an operat
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TypeVar
 
 import httpx
 
 from tests.conftest import free_port
+from tests.integration import graph_probe
 
 APP = "agentserve"
 SMALL = {"ray_actor_options": {"num_cpus": 0.1}}
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:  # noqa: BLE001 - not ready yet
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    graph_probe.wait_for(check, timeout_s, every=0.3, what=what)
 
 
 def serve_config(args: dict[str, Any], port: int, engines: dict[str, int]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Callable
 from ray import serve
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.1) -> None:
+def wait_for(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.1, *, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -18,7 +18,7 @@ def wait_for(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.1
         except Exception:  # noqa: BLE001 - a component restarting
             pass
         time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout}s")
+    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 def router_stats(app: str) -> dict:
