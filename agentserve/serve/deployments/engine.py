@@ -21,6 +21,7 @@ from agentserve.config import LoraAdapterSpec, ServeArgs
 from agentserve.engines import make_engine
 from agentserve.protocol import EngineDelta, PreprocessedRequest, RouteDecision
 from agentserve.serve.autoscaling import PrefillTracker
+from agentserve.serve.handles import on_this_process
 from agentserve.serve.ray_metrics import start_export
 
 logger = logging.getLogger("ray.serve")
@@ -34,7 +35,7 @@ class RouterSignals:
     ends, off every request's critical path. The running set renews the requests' leases on each heartbeat."""
 
     def __init__(self, router: DeploymentHandle, replica_id: str) -> None:
-        self._router = router
+        self._router = on_this_process(router)
         self._replica = replica_id
         self._first: list[str] = []
         self._finished: list[str] = []
@@ -112,8 +113,8 @@ class EngineReplica:
         self._engine = make_engine(self._args, self._model, self._model.resolve_path())
         await self._engine.start()
         self._replica_id = serve.get_replica_context().replica_id.unique_id
-        self._router = router
-        self._signals = RouterSignals(router, self._replica_id)
+        self._router = on_this_process(router)
+        self._signals = RouterSignals(self._router, self._replica_id)
         self._registration = self._kv_registration()
         await self._load_runtime_adapters()  # before registering: no adapter request reaches a replica without it
         await self._router.register.remote(self._replica_id, self._registration_info())

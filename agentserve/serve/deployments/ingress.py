@@ -35,6 +35,7 @@ from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
 from agentserve.serve.handlers.responses import ResponsesHandler
 from agentserve.serve.handlers.responses_socket import ResponsesSocket
 from agentserve.serve.faults import ErrorBoundaryMiddleware
+from agentserve.serve.handles import on_this_process
 from agentserve.serve.http import describe_validation, parse_body
 from agentserve.serve.limits import KeyLimitsMiddleware
 from agentserve.serve.lifecycle import RequestPath
@@ -110,6 +111,11 @@ class Ingress:
         response_store: DeploymentHandle | None = None,
     ) -> None:
         config = ServeArgs.from_any(args)
+        preprocessor, router = on_this_process(preprocessor), on_this_process(router)
+        engine = (
+            {m: on_this_process(h) for m, h in engine.items()} if isinstance(engine, dict) else on_this_process(engine)
+        )
+        response_store = on_this_process(response_store) if response_store is not None else None
         auth.configure(config.api_keys)
         limits.configure(config.limits, config.state)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
