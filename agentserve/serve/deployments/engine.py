@@ -35,7 +35,7 @@ class RouterSignals:
     ends, off every request's critical path. The running set renews the requests' leases on each heartbeat."""
 
     def __init__(self, router: DeploymentHandle, replica_id: str) -> None:
-        self._router = on_this_process(router)
+        self._router = router
         self._replica = replica_id
         self._first: list[str] = []
         self._finished: list[str] = []
