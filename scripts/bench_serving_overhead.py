@@ -35,26 +35,35 @@ from tests.conftest import running_graph  # noqa: E402
 REPLY = "<think>Short thought.</think>Hello there friend, this is the answer."
 # c=64 runs 64 streams that each last about 2 s (100 tokens at 20 ms), as agent turns do, and measures what the graph
 # adds to each new request's first token while the others stream; the c=64 "instant" row (replies at once, clients
-# back to back) instead saturates the serving layer and gives its request rate.
-STREAMING = "<think>Short thought.</think>" + " word" * 100
+# back to back) instead saturates the serving layer and gives its request rate. The streamed reply is plain text, so
+# its first content event comes from the engine's first token: behind a `<think>` (3 tokens in this tokenizer) it
+# would wait 3 inter-token gaps (60 ms) that the script, not the graph, adds.
+STREAMING = " word" * 100
 ARGS = {
     "engine": {"kind": "scripted", "block_size": 16,
                "rules": [{"match": "streaming ", "reply": STREAMING, "itl_ms": 20}, {"match": "", "reply": REPLY}]},
     "model": {"aliases": ["smollm2", "claude-smollm2"]},
 }
 APIS = ("chat", "anthropic", "responses")
+# The first content event of each API: reasoning for the instant reply, text for the streamed one.
+MARKERS = {
+    "chat": (b'"reasoning_content"', b'"content":" word'),
+    "anthropic": (b"thinking_delta", b"text_delta"),
+    "responses": (b"response.reasoning", b"response.output_text.delta"),
+}
 
 
 def body(api: str, n: int, kind: str = "") -> tuple[str, dict[str, Any], bytes]:
     """(path, body, marker of the first content event) for request number n (unique text: no cache reuse)."""
     text = f"{kind}request {n} at {time.time()}"
+    marker = MARKERS[api][1 if kind else 0]
     if api == "anthropic":
-        return "/v1/messages", {"model": "claude-smollm2", "max_tokens": 64, "stream": True,
-                                "messages": [{"role": "user", "content": text}]}, b"content_block_delta"
+        return "/v1/messages", {"model": "claude-smollm2", "max_tokens": 256, "stream": True,
+                                "messages": [{"role": "user", "content": text}]}, marker
     if api == "responses":
-        return "/v1/responses", {"model": "smollm2", "stream": True, "input": text, "store": False}, b"response.reasoning"
+        return "/v1/responses", {"model": "smollm2", "stream": True, "input": text, "store": False}, marker
     return "/v1/chat/completions", {"model": "smollm2", "stream": True,
-                                    "messages": [{"role": "user", "content": text}]}, b'"reasoning_content"'
+                                    "messages": [{"role": "user", "content": text}]}, marker
 
 
 async def one(c: httpx.AsyncClient, api: str, n: int, kind: str = "") -> float:
