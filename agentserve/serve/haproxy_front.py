@@ -9,12 +9,16 @@ were never forwarded with splicing, none of 36 without (`-dS`, or the config wit
 Splicing pays off for large bodies moved in bulk; agent traffic is small JSON requests and SSE streams.
 
 Kept to an exec of the real binary (same pid, same arguments plus `-dS`), so Serve's start, reload (`-sf`) and
-stop work as they do for the bundled binary.
+stop work as they do for the bundled binary. One thing more: HAProxy dies with the process that started it (Serve's
+`HAProxyManager` actor). Started as the bundled binary, an HAProxy whose manager was killed (`ray stop --force`, an
+OOM kill) lived on holding the HTTP port, and the next `make serve` could not bind it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 
 WRAPPER_NAME = "agentserve-haproxy"
@@ -30,8 +34,23 @@ def real_binary() -> str:
     return get_haproxy_binary()
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process when its parent ends; the request survives exec (HAProxy stops at once on
+    SIGTERM). Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        sys.exit(1)
+
+
 def main() -> None:
     binary = real_binary()
+    die_with_parent()
     os.execv(binary, [binary, NO_SPLICE, *sys.argv[1:]])
 
 

@@ -5,6 +5,7 @@ HAProxy options, a plain ASGI server that records whether it saw each client lea
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 import time
@@ -107,3 +108,54 @@ def test_every_client_close_reaches_the_server(tmp_path: Path) -> None:
     left = [line for line in out.splitlines() if line.startswith("left")]
     assert left, out
     assert not held, f"the server never saw these clients leave: {held}"
+
+
+def _wait_accepting(port: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing accepting on {port}")
+
+
+PARENT = """
+import subprocess, sys, time
+proxy = subprocess.Popen([sys.argv[1], "-db", "-f", sys.argv[2]])
+print(proxy.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] not in ("Z", "X")  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux's")
+def test_haproxy_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """Serve's HAProxyManager killed outright (`ray stop --force`, the OOM killer) must not leave HAProxy holding
+    the HTTP port for the next `make serve`."""
+    front = free_port()
+    (tmp_path / "haproxy.cfg").write_text(CONFIG.format(front=front, back=free_port()))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, haproxy_wrapper_path(), str(tmp_path / "haproxy.cfg")],
+                              stdout=subprocess.PIPE, text=True)
+    proxy = int(parent.stdout.readline())
+    try:
+        _wait_accepting(front)  # its backend is down: HAProxy accepts, but answers only after its retries
+        assert _alive(proxy)
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(proxy) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(proxy), "HAProxy outlived the process that started it"
+    finally:
+        parent.kill()
+        if _alive(proxy):
+            subprocess.run(["kill", "-9", str(proxy)], check=False)
