@@ -5,7 +5,7 @@ among them how calls travel (Serve's gRPC channel under RAY_SERVE_THROUGHPUT_OPT
 otherwise). `serve run` and KubeRay build the application inside the cluster, whose processes have
 agentserve's Ray environment (agentserve/serve/ray_env.py); a Python driver that calls
 `serve.run(build_app(...))` without it would hand every replica actor-call handles, and each hop of the request
-path would cost about 2x (chat TTFT 14.8 vs 6.2 ms with the scripted engine, docs/BENCHMARKS.md). Rebuilt in
+path would cost about 2x (scripted chat TTFT p50 14.6 vs 7.1 ms: docs/BENCHMARKS.md, "Serving-layer overhead"). Rebuilt in
 the replica, a handle takes the transport of the cluster it runs in, wherever the application was built.
 """
 
