@@ -114,13 +114,12 @@ def build_app_with_engines(args: dict, n: int):
     from agentserve.serve.deployments.engine import EngineReplica
     from agentserve.serve.deployments.ingress import Ingress
     from agentserve.serve.deployments.preprocessor import PreprocessorReplica
-    from agentserve.serve.deployments.response_store import ResponseStoreReplica
     from agentserve.serve.deployments.router import RouterReplica
 
     config = ServeArgs.from_any({**args, "secret_key": "0" * 64}).model_dump(mode="json")
     router = RouterReplica.bind(config)
     engine = EngineReplica.options(num_replicas=n).bind(config, router)
-    return Ingress.bind(config, PreprocessorReplica.bind(config), router, engine, ResponseStoreReplica.bind(config))
+    return Ingress.bind(config, PreprocessorReplica.bind(config), router, engine)
 
 
 # -- the dashboard's arithmetic over scrapes --------------------------------------------------------------

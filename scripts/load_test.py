@@ -1,4 +1,4 @@
-"""Load test: concurrency above capacity, clients leaving at every stage, an engine replica and the store killed.
+"""Load test: concurrency above capacity, clients leaving at every stage, an engine replica killed.
 
 Runs the real graph on loopback with scripted engines (no model compute, so the serving stack is what is
 measured), deployed from a Serve config as production is (two Ingress replicas, two Engine replicas), and drives
@@ -19,14 +19,13 @@ the three APIs with streaming requests. Every request ends in exactly one bucket
 A request planned to leave at a stage it never reaches (rejected first, or its stage passed before the client's
 timer) ends in its real bucket and is counted as `missed` for that stage.
 
-Mid-run, one engine replica (the busiest) is killed with `ray.kill`, and later the ResponseStore replica. Beside
-the load, one client continues a Responses session by `previous_response_id`, one stored turn after another,
-through both kills: it retries rejected or failed turns, and counts a `broken` chain (the previous response not
+Mid-run, one engine replica (the busiest) is killed with `ray.kill`. Beside the load, one client continues a
+Responses session by `previous_response_id`, one stored turn after another, through the kill: it retries rejected or failed turns, and counts a `broken` chain (the previous response not
 found) separately. The store is a SQLite file in a temporary data directory.
 
 After the load stops it checks the router's leases (every replica's `in_flight` back to 0, and `lapsed`: leases
-that expired instead of being released), that no engine request is left running, and that the chain's responses
-stored before the store's restart are still served. Results: docs/benchmarks/load_test.json and .png.
+that expired instead of being released), that no engine request is left running, and that every response the chain
+stored is still served. Results: docs/benchmarks/load_test.json and .png.
 
     .venv/bin/python scripts/load_test.py          # --duration 60 --concurrency 48; --duration 15 to try it
 """
@@ -316,14 +315,14 @@ async def worker(n: int, url: str, a: argparse.Namespace, st: Stats, t0: float, 
 
 
 class Chain:
-    """One Responses session continued turn after turn by previous_response_id, through both kills."""
+    """One Responses session continued turn after turn by previous_response_id, through the engine kill."""
 
     def __init__(self) -> None:
         self.turns: Counter[str] = Counter()  # ok / rejected_retry_after / failed_with_error / broken / lost
         self.ids: list[tuple[float, str]] = []  # (t, response id) of every completed turn, in order
         self.timeline: list[tuple[float, str]] = []
         self.examples: list[str] = []
-        self.continued_across_store_restart: dict[str, Any] | None = None
+        self.continued_across_kill: dict[str, Any] | None = None
         self.chains_started = 0
 
     def note(self, t0: float, outcome: str, why: str = "") -> None:
@@ -388,15 +387,15 @@ async def chain_client(url: str, a: argparse.Namespace, ch: Chain, kills: list[d
             ch.note(t0, outcome, "" if outcome in ("ok", "rejected_retry_after") else str(detail))
             now = time.monotonic() - t0
             if outcome == "ok":
-                kill = next((x for x in kills if x["what"] == "ResponseStore"), None)
+                kill = next((x for x in kills if x["what"] == "Engine"), None)
                 back = kill["t_s"] + kill["replaced_after_s"] if kill and "replaced_after_s" in kill else None
-                if ch.continued_across_store_restart is None and back is not None and sent > back:
+                if ch.continued_across_kill is None and back is not None and sent > back:
                     before = [(t, rid) for t, rid in session if t < kill["t_s"]]
                     if before:  # this session was stored before the kill and goes on after the new replica is up
-                        ch.continued_across_store_restart = {
+                        ch.continued_across_kill = {
                             "session_first_response": before[0][1], "turns_before_kill": len(before),
-                            "turns_between": len(session) - len(before), "store_killed_at_s": kill["t_s"],
-                            "store_back_at_s": round(back, 2), "continued_turn": k, "turn_sent_at_s": round(sent, 2),
+                            "turns_between": len(session) - len(before), "killed_at_s": kill["t_s"],
+                            "replaced_at_s": round(back, 2), "continued_turn": k, "turn_sent_at_s": round(sent, 2),
                             "previous_response_id": prev,
                         }
                 prev, k = detail, k + 1
@@ -463,24 +462,6 @@ async def kill_engine(at: float, kills: list[dict[str, Any]], t0: float) -> None
         except Exception:  # noqa: BLE001 - keep looking
             continue
         if len(now) >= len(replicas) and victim not in now:
-            kill["replaced_after_s"] = round(time.monotonic() - t0 - kill["t_s"], 2)
-            return
-
-
-async def kill_store(at: float, kills: list[dict[str, Any]], t0: float) -> None:
-    import ray
-
-    await asyncio.sleep(at)
-    (old,) = named_actors("ResponseStore")
-    ray.kill(ray.get_actor(old["name"], namespace=old["namespace"]), no_restart=True)
-    kill = {"what": "ResponseStore", "t_s": round(time.monotonic() - t0, 2), "replica": old["name"].split("#")[-1]}
-    kills.append(kill)
-    print(f"killed the ResponseStore replica at t={kill['t_s']}s")
-    give_up = time.monotonic() + 120
-    while time.monotonic() < give_up:  # Serve starts a new one: when is it up?
-        await asyncio.sleep(0.25)
-        names = [x["name"] for x in named_actors("ResponseStore")]
-        if names and names != [old["name"]]:
             kill["replaced_after_s"] = round(time.monotonic() - t0 - kill["t_s"], 2)
             return
 
@@ -594,7 +575,6 @@ def main() -> None:
                     "(the stage drawn uniformly from queued / before_body / prefill / stream)")
     ap.add_argument("--stages", default=",".join(STAGES), help="the stages clients leave at (comma-separated)")
     ap.add_argument("--kill-at", type=float, default=0.4, help="kill one engine replica at this fraction of the run")
-    ap.add_argument("--store-kill-at", type=float, default=0.6, help="kill the ResponseStore replica at this fraction")
     ap.add_argument("--chain-pause-s", type=float, default=0.3, help="the chain client's pause between turns")
     ap.add_argument("--request-timeout", type=float, default=90.0)
     ap.add_argument("--max-backoff-s", type=float, default=1.0)
@@ -630,7 +610,7 @@ def main() -> None:
         while time.monotonic() < deadline_ready:
             try:
                 running = running_replicas()
-                if (running.get("Ingress") == a.ingress_replicas and running.get("ResponseStore") == 1
+                if (running.get("Ingress") == a.ingress_replicas
                         and len(router_stats()["replicas"]) == a.replicas
                         and httpx.get(f"{url}/health", timeout=5).status_code == 200):
                     break
@@ -655,8 +635,6 @@ def main() -> None:
             tasks.append(asyncio.create_task(chain_client(url, a, ch, kills, t0, deadline)))
             if a.kill_at > 0:
                 tasks.append(asyncio.create_task(kill_engine(a.duration * a.kill_at, kills, t0)))
-            if a.store_kill_at > 0:
-                tasks.append(asyncio.create_task(kill_store(a.duration * a.store_kill_at, kills, t0)))
             tasks.append(asyncio.create_task(sample_load(load_samples, t0, deadline)))
             await asyncio.gather(*tasks)
 
@@ -671,11 +649,9 @@ def main() -> None:
         left_running = sum(s["active"] for s in engines.values())
         per_replica = {r: v["in_flight"] for r, v in router["replicas"].items()}
 
-        # The chain's responses stored before the store was killed are still there, and the chain still continues.
-        store_kill = next((k["t_s"] for k in kills if k["what"] == "ResponseStore"), None)
-        before_kill = [rid for t, rid in ch.ids if store_kill is not None and t < store_kill]
+        # Every response the chain stored is still there (the store is the database, not a process).
         retrieved = 0
-        for rid in before_kill:
+        for _, rid in ch.ids:
             if httpx.get(f"{url}/v1/responses/{rid}", timeout=30).status_code == 200:
                 retrieved += 1
 
@@ -717,9 +693,9 @@ def main() -> None:
                 "turns_rejected_then_retried": ch.turns["rejected_retry_after"],
                 "turns_failed": ch.turns["failed_with_error"] + ch.turns["broken"] + ch.turns["lost"],
                 "chains_started": ch.chains_started,
-                "continued_across_store_restart": ch.continued_across_store_restart,
-                "stored_before_store_kill": len(before_kill),
-                "stored_before_store_kill_retrieved_after": retrieved,
+                "continued_across_kill": ch.continued_across_kill,
+                "stored": len(ch.ids),
+                "stored_retrieved_after": retrieved,
                 "examples": ch.examples,
             },
             "after": {
@@ -750,10 +726,12 @@ def main() -> None:
         plot(st, ch, kills, a.duration, out.with_suffix(".png"))
         print(json.dumps({k: v for k, v in result.items() if k not in ("config", "conditions")}, indent=2))
         ok = (o["lost"] == 0 and chain_lost == 0 and left_running == 0 and result["leaked_slots"] == 0
-              and ch.continued_across_store_restart is not None and ch.turns["broken"] == 0)
+              and ch.continued_across_kill is not None and ch.turns["broken"] == 0
+              and retrieved == len(ch.ids))
         print("PASS" if ok else "FAIL", f"lost={o['lost']} chain_lost={chain_lost} leaked_slots={result['leaked_slots']} "
               f"lapsed={result['lapsed_leases']} engine_requests_left_running={left_running} "
-              f"chain_broken={ch.turns['broken']} chain_continued={ch.continued_across_store_restart is not None}")
+              f"chain_broken={ch.turns['broken']} chain_continued={ch.continued_across_kill is not None} "
+              f"stored_retrieved={retrieved}/{len(ch.ids)}")
     finally:
         serve.shutdown()
         ray.shutdown()

@@ -11,7 +11,6 @@ from agentserve.serve.auth import keys_from_env
 from agentserve.serve.deployments.engine import EngineReplica
 from agentserve.serve.deployments.ingress import Ingress
 from agentserve.serve.deployments.preprocessor import PreprocessorReplica
-from agentserve.serve.deployments.response_store import ResponseStoreReplica
 from agentserve.serve.deployments.router import RouterReplica
 from agentserve.serve.state_args import settle_state
 
@@ -34,5 +33,4 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
             options["num_replicas"] = model.engine.num_replicas
         engines[model.id] = EngineReplica.options(**options).bind(config, router, model.id)
     preprocessor = PreprocessorReplica.bind(config)
-    store = ResponseStoreReplica.bind(config)
-    return Ingress.bind(config, preprocessor, router, engines, store)
+    return Ingress.bind(config, preprocessor, router, engines)

@@ -63,13 +63,13 @@ class RestartableGraph:
     def stop(self) -> None:
         self._stack.close()
 
-    def restart_store_replica(self) -> None:
-        """Kill the ResponseStore replica's actor; Serve starts a new one."""
+    def restart_ingress_replica(self) -> None:
+        """Kill the Ingress replica's actor (the process that opened the Responses store); Serve starts a new one."""
         import ray
 
-        (old,) = replica_actors("ResponseStore")
+        (old,) = replica_actors("Ingress")
         ray.kill(ray.get_actor(old["name"], namespace=old["namespace"]), no_restart=True)
-        wait_for(lambda: [a["name"] for a in replica_actors("ResponseStore")] not in ([], [old["name"]]) and app_running(), 120, "a new ResponseStore replica")
+        wait_for(lambda: [a["name"] for a in replica_actors("Ingress")] not in ([], [old["name"]]) and app_running(), 120, "a new Ingress replica")
 
     def redeploy(self, args: dict[str, Any] | None = None) -> None:
         """`serve.run` again (an upgrade): every replica is replaced."""
@@ -77,10 +77,10 @@ class RestartableGraph:
 
         from agentserve.serve.app import build_app
 
-        before = {a["name"] for a in replica_actors("ResponseStore")}
+        before = {a["name"] for a in replica_actors("Ingress")}
         self.args = args or self.args
         serve.run(build_app(self.args), name=APP, route_prefix="/")
-        wait_for(lambda: {a["name"] for a in replica_actors("ResponseStore")} - before != set() and app_running(), 120, "the redeployed app")
+        wait_for(lambda: {a["name"] for a in replica_actors("Ingress")} - before != set() and app_running(), 120, "the redeployed app")
 
     def full_restart(self) -> None:
         """serve.shutdown + ray.shutdown, then start again from the same config (restarting `make serve`)."""

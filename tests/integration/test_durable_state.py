@@ -1,5 +1,5 @@
 """State that outlives a process, on the embedded default (SQLite under a data directory, no configured key):
-a stored response and its `previous_response_id` chain survive a store replica restart, a redeploy and a full
+a stored response and its `previous_response_id` chain survive a restart of the Ingress replica (which opens the store), a redeploy and a full
 restart; signed thinking survives a redeploy with the configured key, a full restart with the generated key kept
 in the data directory, and a key rotation. Clients are the official SDKs."""
 
@@ -70,9 +70,9 @@ def next_turn(graph: RestartableGraph, first: list[dict], msg) -> anthropic.type
     )
 
 
-def test_chain_survives_a_store_replica_restart(graph):
+def test_chain_survives_an_ingress_replica_restart(graph):
     turn1, turn2 = start_chain(graph)
-    graph.restart_store_replica()
+    graph.restart_ingress_replica()
     assert_chain_survived(graph, turn1, turn2)
 
 

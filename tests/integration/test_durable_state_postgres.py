@@ -1,5 +1,5 @@
 """The Responses store on PostgreSQL (a real server started for this module): a stored response and its
-`previous_response_id` chain survive a restart of the store replica, and entries are still scoped per key."""
+`previous_response_id` chain survive a restart of the Ingress replica that opened it, and entries are still scoped per key."""
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ def graph(model_path, dsn, tmp_path_factory) -> Iterator[RestartableGraph]:
         g.stop()
 
 
-def test_chain_survives_a_store_replica_restart_on_postgres(graph, dsn):
+def test_chain_survives_an_ingress_replica_restart_on_postgres(graph, dsn):
     turn1, turn2 = start_chain(graph)
     with psycopg.connect(dsn) as conn:  # the entries are in the database, not in the replica
         (n,) = conn.execute("SELECT COUNT(*) FROM agentserve_responses WHERE id IN (%s, %s)", (turn1.id, turn2.id)).fetchone()
     assert n == 2
-    graph.restart_store_replica()
+    graph.restart_ingress_replica()
     assert_chain_survived(graph, turn1, turn2)

@@ -19,6 +19,7 @@ from agentserve import metrics
 from agentserve.apis import anthropic, chat_completions, codex_models, responses
 from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.models import Catalog
+from agentserve.apis.responses.store import ResponseStore
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest, detokenize_body, tokenize_body
 from agentserve.config import ServeArgs
 from agentserve.detokenize import special_tokens
@@ -41,6 +42,7 @@ from agentserve.serve.limits import KeyLimitsMiddleware
 from agentserve.serve.lifecycle import RequestPath
 from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.request_id import RequestIdMiddleware
+from agentserve.state import open_backend
 from agentserve.state.kept_turns import open_kept_turns
 
 logger = logging.getLogger("ray.serve")
@@ -108,14 +110,12 @@ class Ingress:
         preprocessor: DeploymentHandle,
         router: DeploymentHandle,
         engine: DeploymentHandle | dict[str, DeploymentHandle],  # per catalog model id (one: the single form)
-        response_store: DeploymentHandle | None = None,
     ) -> None:
         config = ServeArgs.from_any(args)
         preprocessor, router = on_this_process(preprocessor), on_this_process(router)
         engine = (
             {m: on_this_process(h) for m, h in engine.items()} if isinstance(engine, dict) else on_this_process(engine)
         )
-        response_store = on_this_process(response_store) if response_store is not None else None
         auth.configure(config.api_keys)
         limits.configure(config.limits, config.state)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
@@ -142,10 +142,21 @@ class Ingress:
             preprocessor=preprocessor,
         )
         self._chat = ChatCompletionsHandler(self._ctx)
-        self._responses = ResponsesHandler(self._ctx, response_store)
+        # The Responses store is the state backend itself (every replica opens it, as the kept turns), not a
+        # deployment of its own: one process less at rest and one hop less on a `previous_response_id` turn.
+        spec = config.response_store
+        self._store = ResponseStore(
+            max_entries=spec.max_entries, max_bytes=spec.max_bytes, ttl_s=spec.ttl_s, backend=open_backend(config.state)
+        )
+        self._responses = ResponsesHandler(self._ctx, self._store)
         self._responses_socket = ResponsesSocket(self._responses)
         self._anthropic = AnthropicMessagesHandler(self._ctx)
         self._admin = AdapterAdmin(self._ctx)
+
+    def __del__(self) -> None:  # Serve's replica shutdown hook
+        store = getattr(self, "_store", None)
+        if store is not None:
+            store.close()
 
     # -- wire APIs ------------------------------------------------------------
     @app.post("/v1/chat/completions")

@@ -1,7 +1,10 @@
-"""POST /v1/responses, GET and DELETE /v1/responses/{id}."""
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}.
+
+The store's calls block on the database: they run in a worker thread, never on the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -11,12 +14,11 @@ from typing import Any, Awaitable, Callable, Mapping
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
-from ray.serve.handle import DeploymentHandle
 
 from agentserve import metrics
 from agentserve.apis import responses
 from agentserve.apis.responses.schema import MessageItem
-from agentserve.apis.responses.store import StoredResponse
+from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import ModelSpec
 from agentserve.protocol import GenerationRequest
 from agentserve.protocol.errors import RequestError
@@ -85,7 +87,7 @@ Recall = Callable[[str], Awaitable[list[Any] | None]]
 
 
 class ResponsesHandler:
-    def __init__(self, ctx: IngressContext, store: DeploymentHandle | None) -> None:
+    def __init__(self, ctx: IngressContext, store: ResponseStore) -> None:
         self._ctx = ctx
         self._store = store
         self._sealer = responses.Sealer(ctx.args.secret_key, previous=ctx.args.previous_secret_keys)
@@ -94,16 +96,12 @@ class ResponsesHandler:
     def ctx(self) -> IngressContext:
         return self._ctx
 
-    @property
-    def storing(self) -> bool:
-        return self._store is not None
-
     async def _history(self, body: responses.ResponsesRequest, owner: str, recall: Recall | None) -> list[Any]:
         if not body.previous_response_id:
             return []
         items = await recall(body.previous_response_id) if recall is not None else None
-        if items is None and self._store is not None:
-            entry = await self._store.get.remote(body.previous_response_id, owner)
+        if items is None:
+            entry = await asyncio.to_thread(self._store.get, body.previous_response_id, owner)
             items = entry.history if entry is not None else None
         if items is None:
             raise _not_found(body.previous_response_id, param="previous_response_id")
@@ -175,7 +173,7 @@ class ResponsesHandler:
             prep = await self.prepare(body, request.headers)
             model_name = prep.gen.model
             encoder = prep.encoder
-            store = body.store is not False and self._store is not None
+            store = body.store is not False
             async with self._ctx.begin(request, prep.gen, prep.model, prep.options, api="responses", arrived=arrived) as life:
                 try:
                     await life.admit()  # 503 + retry-after here, not inside a stream
@@ -218,17 +216,17 @@ class ResponsesHandler:
 
     async def save(self, prep: PreparedResponse) -> None:
         entry = StoredResponse(owner=prep.owner, response=prep.encoder.response_body(), history=prep.history())
-        if not await self._store.put.remote(prep.encoder.id, entry):
+        if not await asyncio.to_thread(self._store.put, prep.encoder.id, entry):
             logger.warning("response %s is larger than the whole store; not stored", prep.encoder.id)
 
     async def retrieve(self, request: Request, response_id: str) -> Response:
-        entry = await self._store.get.remote(response_id, caller_scope()) if self._store else None
+        entry = await asyncio.to_thread(self._store.get, response_id, caller_scope())
         if entry is None:
             raise _not_found(response_id)
         return JSONResponse(entry.response)
 
     async def delete(self, request: Request, response_id: str) -> Response:
-        deleted = await self._store.delete.remote(response_id, caller_scope()) if self._store else False
+        deleted = await asyncio.to_thread(self._store.delete, response_id, caller_scope())
         if not deleted:
             raise _not_found(response_id)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})

@@ -217,7 +217,7 @@ class ResponsesSocket:
                 if encoder.status == "failed":
                     return
                 remember()
-                if body.store is not False and self._handler.storing:
+                if body.store is not False:
                     await self._handler.save(prep)
 
             chunks = life.chunks(SocketWire(encoder), before_end=before_end)
