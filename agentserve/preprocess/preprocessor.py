@@ -21,7 +21,15 @@ from agentserve.preprocess.template_caps import inspect_template
 from agentserve.preprocess.thinking_switch import probe as probe_thinking_switch
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.preprocess.turn_digest import chain, header_digest, kept_key
-from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest, SamplingParams, TextBlock
+from agentserve.protocol import (
+    Conversation,
+    GenerationRequest,
+    PreprocessedRequest,
+    ReasoningBlock,
+    SamplingParams,
+    TextBlock,
+    ToolResultBlock,
+)
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 from agentserve.state.kept_turns import KeptTurnStore
 
@@ -65,6 +73,11 @@ def _message_digests(messages: list[dict[str, Any]], tools: Any, kwargs: dict[st
 
 def _has_assistant(request: GenerationRequest) -> bool:
     return any(t.role == "assistant" for t in request.conversation.turns[:-1])
+
+
+# Render and tokenize take about 0.3 ms per 1K characters here (the tokenizer is most of it): below this a prompt
+# costs less than handing it to a worker thread does (docs/BENCHMARKS.md, "One hop at a time").
+CHEAP_CHARS = 2048
 
 
 class Preprocessor:
@@ -190,6 +203,27 @@ class Preprocessor:
             if turn.role == "assistant" and turn.blocks
         }
         return ReplayKeys(slots, kept_key(digests[-1] if digests else header))
+
+    def cheap(self, request: GenerationRequest) -> bool:
+        """Whether preprocess(request) may run on an event loop: a short prompt, no tool schemas, no image, and
+        no earlier assistant turn (whose kept tokens would be read from the database)."""
+        conv = request.conversation
+        if conv.tools:
+            return False
+        n = 0
+        for turn in conv.turns:
+            if turn.role == "assistant":
+                return False
+            for b in turn.blocks:
+                if isinstance(b, (TextBlock, ReasoningBlock)):
+                    n += len(b.text)
+                elif isinstance(b, ToolResultBlock):
+                    n += len(b.content)
+                else:
+                    return False
+            if n > CHEAP_CHARS:
+                return False
+        return True
 
     def preprocess(self, request: GenerationRequest, scope: str = "", adapter: str | None = None) -> PreprocessedRequest:
         """`scope` is the caller's identity: kept turns are never shared across callers. `adapter`: the LoRA

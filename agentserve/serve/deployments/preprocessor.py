@@ -6,6 +6,7 @@ model and finds a request's by its served id (a model's id, or one of its LoRA a
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ray import serve
@@ -48,11 +49,14 @@ class PreprocessorReplica:
             raise RequestError("not_found", f"model '{served_id}' is not served", param="model")
         return found
 
-    def preprocess(self, request: GenerationRequest, scope: str = "", base: str | None = None) -> PreprocessedRequest:
+    async def preprocess(self, request: GenerationRequest, scope: str = "", base: str | None = None) -> PreprocessedRequest:
         """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters'),
-        `base` the catalog model that serves it."""
+        `base` the catalog model that serves it. A short prompt is done here on the replica's event loop; any
+        other in a worker thread (the tokenizer releases the GIL; a kept-turn read waits on the database)."""
         pre, adapter = self._for(request.model, base)
-        return pre.preprocess(request, scope, adapter=adapter)
+        if pre.cheap(request):
+            return pre.preprocess(request, scope, adapter=adapter)
+        return await asyncio.to_thread(pre.preprocess, request, scope, adapter=adapter)
 
     def render_tokens(
         self,
