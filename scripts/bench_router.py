@@ -1,12 +1,17 @@
 """Router simulator: multi-turn agent sessions on N replicas, every routing policy on the same trace.
 
 For each replica count the session arrival rate is calibrated so that round-robin's replicas are
-busy prefilling `--load` of the time (70% by default), then round-robin, power-of-two choices, a
-Ray-style prefix-affinity router, agentserve's router (approximate and KV-event modes) and a
-load-blind oracle replay the identical session trace. See agentserve/offline/router_sim.py for the model.
+busy prefilling `--load` of the time (70% by default), then multiplied by each of `--rate-scales` (a load sweep
+up to where round-robin sheds); at each rate round-robin, power-of-two choices, session affinity, Ray-style
+prefix affinity (learning from its own decisions, and fed the replicas' real KV events), agentserve's router
+(approximate and KV-event modes) and a load-blind oracle replay the identical session trace. The baselines get the
+information ours gets where they would use it: session ids (session affinity) and exact KV events (prefix
+affinity). See agentserve/offline/router_sim.py for the model.
 
     .venv/bin/python scripts/bench_router.py [--replicas 4,8,16,32,64] [--sessions 1000] [--load 0.7]
-        [--out docs/benchmarks/router_sim.json]
+        [--rate-scales 1,1.5,2] [--out docs/benchmarks/router_sim.json]
+    .venv/bin/python scripts/bench_router.py --replicas 8 --overlap-weights 1,4,8,16,32 \
+        --out docs/benchmarks/router_overlap_sweep.json     # agentserve kv alone, one row per weight
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import json
 import platform
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,39 +42,47 @@ def calibrate(n: int, w: sim.Workload, m: sim.ReplicaModel, load: float) -> floa
     return rate
 
 
-def run(n: int, w: sim.Workload, m: sim.ReplicaModel, load: float, cost: dict) -> list[dict]:
-    rate = calibrate(n, w, m, load)
-    sessions = sim.make_sessions(w, rate)
+def run(
+    n: int, w: sim.Workload, m: sim.ReplicaModel, load: float, cost: dict, scales: list[float],
+    makers: list | None = None, extra: dict | None = None,
+) -> list[dict]:
+    base = calibrate(n, w, m, load)
     rows = []
-    for make in sim.routers(w.block_size, **cost):
-        t0 = time.perf_counter()
-        res = sim.simulate(make(), n, sessions, w, m)
-        row = asdict(res) | {"session_rate": rate, "wall_s": time.perf_counter() - t0}
-        rows.append(row)
-        print(
-            f"N={n:3d} {res.router:30s} hit {res.hit_rate:6.1%} (ub {res.upper_bound_hit_rate:6.1%})  "
-            f"ttft p50 {res.ttft_p50_ms:8.0f} p99 {res.ttft_p99_ms:8.0f} ms  util {res.util_mean:5.2f} "
-            f"max/mean {res.util_max_over_mean:4.2f}  rejected {res.rejected:5d}/{res.requests}  "
-            f"[{row['wall_s']:.1f}s]",
-            flush=True,
-        )
+    for scale in scales:
+        sessions = sim.make_sessions(w, base * scale)
+        for make in makers or sim.routers(w.block_size, **cost):
+            rows.append(_one(make(), n, sessions, w, m, {"session_rate": base * scale, "rate_scale": scale, **(extra or {})}))
     return rows
+
+
+def _one(router: sim.SimRouter, n: int, sessions: list, w: sim.Workload, m: sim.ReplicaModel, extra: dict) -> dict:
+    t0 = time.perf_counter()
+    res = sim.simulate(router, n, sessions, w, m)
+    row = asdict(res) | extra | {"wall_s": time.perf_counter() - t0}
+    print(
+        f"N={n:3d} x{extra['rate_scale']:.2f} {res.router:32s} hit {res.hit_rate:6.1%} (ub {res.upper_bound_hit_rate:6.1%})  "
+        f"ttft p50 {res.ttft_p50_ms:8.0f} p99 {res.ttft_p99_ms:8.0f} ms  util {res.util_mean:5.2f} "
+        f"max/mean {res.util_max_over_mean:4.2f}  rejected {res.rejected:5d}/{res.requests}  "
+        f"[{row['wall_s']:.1f}s]" + (f"  overlap_weight {extra['overlap_weight']}" if "overlap_weight" in extra else ""),
+        flush=True,
+    )
+    return row
 
 
 def table(rows: list[dict]) -> str:
     out = [
-        "| replicas | router | prefix hit rate | TTFT p50 (ms) | TTFT p99 (ms) | p50 vs RR | prefill util (mean) "
+        "| replicas | rate | router | prefix hit rate | TTFT p50 (ms) | TTFT p99 (ms) | p50 vs RR | prefill util (mean) "
         "| util max/mean | served max/mean | rejected |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n in sorted({r["replicas"] for r in rows}):
-        group = [r for r in rows if r["replicas"] == n]
+    for n, scale in sorted({(r["replicas"], r["rate_scale"]) for r in rows}):
+        group = [r for r in rows if r["replicas"] == n and r["rate_scale"] == scale]
         rr = next(r for r in group if r["router"] == "round-robin")
-        out.append(f"| {n} | oracle: one shared unbounded cache | {rr['upper_bound_hit_rate']:.1%} | | | | | | | |")
+        out.append(f"| {n} | x{scale:g} | oracle: one shared unbounded cache | {rr['upper_bound_hit_rate']:.1%} | | | | | | | |")
         for r in group:
             speed = rr["ttft_p50_ms"] / r["ttft_p50_ms"] if r["ttft_p50_ms"] else float("nan")
             out.append(
-                f"| {n} | {r['router']} | {r['hit_rate']:.1%} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} "
+                f"| {n} | x{scale:g} | {r['router']} | {r['hit_rate']:.1%} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} "
                 f"| {speed:.2f}x | {r['util_mean']:.2f} | {r['util_max_over_mean']:.2f} "
                 f"| {r['served_max_over_mean']:.2f} | {r['rejected']}/{r['requests']} |"
             )
@@ -77,6 +90,7 @@ def table(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """One row of panels per rate: hit rate, TTFT p50, utilisation imbalance and requests shed, by replica count."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,26 +98,30 @@ def plot(rows: list[dict], path: Path) -> None:
 
     names = list(dict.fromkeys(r["router"] for r in rows))
     ns = sorted({r["replicas"] for r in rows})
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for name in names:
-        pts = [next(r for r in rows if r["router"] == name and r["replicas"] == n) for n in ns]
-        axes[0].plot(ns, [p["hit_rate"] * 100 for p in pts], marker="o", label=name)
-        axes[1].plot(ns, [p["ttft_p50_ms"] for p in pts], marker="o", label=name)
-        axes[2].plot(ns, [p["util_max_over_mean"] for p in pts], marker="o", label=name)
-    ub = [next(r for r in rows if r["replicas"] == n)["upper_bound_hit_rate"] * 100 for n in ns]
-    axes[0].plot(ns, ub, "k--", label="upper bound (one shared infinite cache)")
-    axes[0].set(title="prefix hit rate (%)", xlabel="replicas", xscale="log", xticks=ns, xticklabels=ns)
-    axes[1].set(title="TTFT p50 (ms, log)", xlabel="replicas", xscale="log", yscale="log", xticks=ns,
-                xticklabels=ns)
-    axes[2].axhline(1.25, color="grey", ls=":")
-    axes[2].set(title="prefill utilisation max / mean", xlabel="replicas", xscale="log", xticks=ns,
-                xticklabels=ns)
-    for ax in axes:
-        ax.minorticks_off()
-    axes[0].legend(fontsize=7)
-    fig.suptitle("Router simulator: multi-turn agent sessions, load calibrated to 70% for round-robin")
+    scales = sorted({r["rate_scale"] for r in rows})
+    fig, grid = plt.subplots(len(scales), 4, figsize=(19, 4.0 * len(scales)), squeeze=False)
+    for axes, scale in zip(grid, scales):
+        at = [r for r in rows if r["rate_scale"] == scale]
+        for name in names:
+            pts = [next(r for r in at if r["router"] == name and r["replicas"] == n) for n in ns]
+            axes[0].plot(ns, [p["hit_rate"] * 100 for p in pts], marker="o", label=name)
+            axes[1].plot(ns, [p["ttft_p50_ms"] for p in pts], marker="o", label=name)
+            axes[2].plot(ns, [p["util_max_over_mean"] for p in pts], marker="o", label=name)
+            axes[3].plot(ns, [100 * p["rejected"] / max(p["requests"], 1) for p in pts], marker="o", label=name)
+        ub = [next(r for r in at if r["replicas"] == n)["upper_bound_hit_rate"] * 100 for n in ns]
+        axes[0].plot(ns, ub, "k--", label="upper bound (one shared infinite cache)")
+        axes[0].set(title=f"prefix hit rate (%), rate x{scale:g}")
+        axes[1].set(title=f"TTFT p50 (ms, log), rate x{scale:g}", yscale="log")
+        axes[2].axhline(1.25, color="grey", ls=":")
+        axes[2].set(title=f"prefill utilisation max / mean, rate x{scale:g}")
+        axes[3].set(title=f"requests shed (%), rate x{scale:g}")
+        for ax in axes:
+            ax.set(xlabel="replicas", xscale="log", xticks=ns, xticklabels=ns)
+            ax.minorticks_off()
+    grid[0][0].legend(fontsize=7)
+    fig.suptitle("Router simulator: multi-turn agent sessions; rate x1 = round-robin's replicas 70% busy prefilling")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
 
 
 def main() -> int:
@@ -114,17 +132,30 @@ def main() -> int:
     ap.add_argument("--kv-blocks", type=int, default=sim.ReplicaModel().kv_blocks)
     ap.add_argument("--overlap-weight", type=float, default=8.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rate-scales", default="1", help="session rates to run, as multiples of the calibrated one")
+    ap.add_argument("--overlap-weights", default="", help="sweep agentserve kv's overlap weight alone (comma list)")
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/router_sim.json"))
     args = ap.parse_args()
     m = sim.ReplicaModel(kv_blocks=args.kv_blocks)
     cost = {"overlap_weight": args.overlap_weight}
+    scales = [float(x) for x in args.rate_scales.split(",")]
     rows: list[dict] = []
     for n in [int(x) for x in args.replicas.split(",")]:
         w = sim.Workload(sessions=max(args.sessions, 32 * n), seed=args.seed)
-        rows.extend(run(n, w, m, args.load, cost))
+        if args.overlap_weights:  # the raw rows behind the choice of weight
+            for weight in [float(x) for x in args.overlap_weights.split(",")]:
+                ours = [lambda weight=weight: sim.Ours(w.block_size, "kv", overlap_weight=weight)]
+                rows.extend(run(n, w, m, args.load, cost, scales, ours, {"overlap_weight": weight}))
+        else:
+            rows.extend(run(n, w, m, args.load, cost, scales))
+    out = Path(args.out)
+    if args.overlap_weights:
+        meta = {"command": " ".join(sys.argv), "machine": platform.platform(), "workload": asdict(sim.Workload()),
+                "replica_model": asdict(m), "load": args.load}
+        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+        return 0
     md = table(rows)
     print(md)
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "command": " ".join(sys.argv),
@@ -133,6 +164,7 @@ def main() -> int:
         "replica_model": asdict(m),
         "cost": cost,
         "load": args.load,
+        "rate_scales": scales,
     }
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     plot(rows, out.with_suffix(".png"))

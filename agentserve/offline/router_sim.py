@@ -23,6 +23,7 @@ import heapq
 import itertools
 import random
 import statistics
+import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -207,17 +208,49 @@ class PowerOfTwo(_Base):
         return a if replicas[a].ongoing <= replicas[b].ongoing else b
 
 
+class SessionAffinity(_Base):
+    """The baseline that knows sessions as ours does (the session id): a session stays on one replica, its id
+    hashed to start, and moves (power-of-two) only when that replica has more than `imbalance` ongoing requests
+    over the least loaded one (Ray's prefix router's threshold)."""
+
+    name = "session affinity"
+
+    def __init__(self, imbalance: int = 10, seed: int = 3) -> None:
+        self._imbalance = imbalance
+        self._p2c = PowerOfTwo(seed)
+        self._home: dict[int, int] = {}
+
+    def route(self, req, replicas, now):
+        sid = req.session.sid
+        home = self._home.get(sid, zlib.crc32(str(sid).encode()) % len(replicas))
+        q = [r.ongoing for r in replicas]
+        if q[home] - min(q) > self._imbalance:
+            home = self._p2c.route(req, replicas, now)
+        self._home[sid] = home
+        return home
+
+
 class PrefixAffinity(_Base):
     """Ray Serve's PrefixCacheAffinityRouter, at block rather than character granularity (its defaults:
-    imbalance threshold 10 ongoing requests, match rate 0.1, per-tenant eviction at 400K characters)."""
+    imbalance threshold 10 ongoing requests, match rate 0.1, per-tenant eviction at 400K characters).
+    `events`: its tree holds what each replica's cache really stores and evicts (the KV events ours gets) instead
+    of what it routed there, which is the most it could know."""
 
-    name = "prefix-affinity (Ray)"
-
-    def __init__(self, block_size: int, seed: int = 2, chars_per_token: float = 4.0) -> None:
+    def __init__(self, block_size: int, seed: int = 2, chars_per_token: float = 4.0, events: bool = False) -> None:
         cap = int(400_000 / chars_per_token / block_size)
+        self.name = "prefix-affinity (Ray, KV events)" if events else "prefix-affinity (Ray)"
+        self._events = events
         self._tree = ApproxIndex(ttl_s=float("inf"), max_blocks=cap, clock=lambda: 0.0)
         self._p2c = PowerOfTwo(seed)
         self._names: list[str] = []
+
+    def stored(self, replica: int, ids: list[int]) -> None:
+        if self._events:
+            self._tree.index.add(f"r{replica}", ids)
+
+    def removed(self, replica: int, ids: list[int]) -> None:
+        if self._events:
+            self._tree.index.remove(f"r{replica}", ids)
 
     def route(self, req, replicas, now):
         if not self._names:
@@ -237,7 +270,8 @@ class PrefixAffinity(_Base):
                 sizes = [self._tree.index.size(n) for n in self._names]
                 small = [i for i, s in enumerate(sizes) if s == min(sizes)]
                 pick = min(small, key=lambda i: q[i])
-        self._tree.learn(self._names[pick], req.blocks)
+        if not self._events:
+            self._tree.learn(self._names[pick], req.blocks)
         return pick
 
 
@@ -443,7 +477,9 @@ def routers(block_size: int, **ours_cost: float) -> list[Callable[[], SimRouter]
     return [
         RoundRobin,
         PowerOfTwo,
+        SessionAffinity,
         lambda: PrefixAffinity(block_size),
+        lambda: PrefixAffinity(block_size, events=True),
         lambda: Ours(block_size, "approx", **ours_cost),
         lambda: Ours(block_size, "kv", **ours_cost),
         Oracle,
