@@ -394,6 +394,7 @@ async def one_request(client, server: Server, model: str, max_tokens: int) -> di
     usage: dict[str, Any] | None = None
     chunks = 0
     first_text = ""
+    last = ""  # the last SSE event, for the error when a stream ends without content
     early: list[float] = []
     async with client.stream("POST", f"{server.base}/v1/chat/completions", json=body) as resp:
         if resp.status_code != 200:
@@ -406,6 +407,7 @@ async def one_request(client, server: Server, model: str, max_tokens: int) -> di
             data = line[5:].strip()
             if data == "[DONE]":
                 break
+            last = data
             obj = json.loads(data)
             choices = obj.get("choices") or []
             content = choices and (choices[0].get("delta") or {}).get("content")
@@ -420,7 +422,7 @@ async def one_request(client, server: Server, model: str, max_tokens: int) -> di
                 usage = obj["usage"]
     e2e = time.perf_counter() - t0
     if usage is None or ttft is None:
-        raise RuntimeError(f"{server.name}: stream without content or usage")
+        raise RuntimeError(f"{server.name}: stream without content or usage (last event: {last[:300]!r})")
     return {
         "ttft": ttft,
         "first_byte": first_byte,
