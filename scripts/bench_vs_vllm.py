@@ -532,17 +532,25 @@ async def measure(servers: list[Server], model: str, a: argparse.Namespace, log:
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     timeout = httpx.Timeout(600.0, connect=10.0)
     phases: list[dict[str, Any]] = []
+    failed: dict[str, str] = {}  # a contender whose warm-up failed: why; it is stopped and left out of the rounds
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         # Start-up, one contender at a time: each starts with the others paused (SIGSTOP), then is paused itself.
-        for s in servers:
+        for s in list(servers):
             s.start()
             await wait_ready(client, s, model, a.startup_timeout, poll_s=0.25)
             log(f"{s.name} ready after {s.ready_s:.1f} s (started alone; the others paused)")
             # Warm-up, not recorded: every shape once.
-            await phase(client, s, model, 1, 2, a.max_tokens)
-            for conc in a.concurrency:
-                if conc > 1:
-                    await phase(client, s, model, conc, 1, a.max_tokens)
+            try:
+                await phase(client, s, model, 1, 2, a.max_tokens)
+                for conc in a.concurrency:
+                    if conc > 1:
+                        await phase(client, s, model, conc, 1, a.max_tokens)
+            except (RuntimeError, httpx.HTTPError) as exc:
+                failed[s.name] = f"warm-up failed (after a {s.ready_s:.1f} s start-up): {exc!r}"[:600]
+                log(f"{s.name} {failed[s.name]}; stopped, left out of the rounds")
+                s.stop()
+                servers.remove(s)
+                continue
             log(f"{s.name} warm-up done (2 requests at c=1, one of each c>1; not recorded)")
             await pause(s)
         for rnd in range(a.rounds):
@@ -563,7 +571,7 @@ async def measure(servers: list[Server], model: str, a: argparse.Namespace, log:
                     await pause(s)
     for s in servers:
         signal_tree(s, signal.SIGCONT)
-    return {"phases": phases}
+    return {"phases": phases, "failed": failed}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -814,7 +822,9 @@ def main() -> int:
         git_at_start = git_state()
         load_before = os.getloadavg()
         measured = asyncio.run(measure(servers, model, a, log))
+        names = [s.name for s in servers]  # without any contender whose warm-up failed
         conditions = {
+            "failed_contenders": measured["failed"],
             "client_scheduling": client_scheduling,
             "git_at_start": git_at_start,
             "cpus": os.cpu_count(),
