@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 from agentserve.config import EngineSpec, LoraAdapterSpec
 from agentserve.ports import free_port
+from agentserve.engines import process_guard
 from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
 from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
 
@@ -127,6 +129,7 @@ class VllmEngine:
         self._loras: dict[str, tuple[LoraAdapterSpec, Any]] = {}  # adapter id -> (its spec, its LoRARequest)
         self._loading = asyncio.Lock()  # one load at a time: each takes the next int id, which vLLM keys by
         self._llm = None
+        self._guard: Any = None  # the process that ends the engine's processes if this one is killed
         self._active = 0
         self._started = 0
         self._aborted = 0
@@ -145,7 +148,10 @@ class VllmEngine:
             from vllm.config.reasoning import ReasoningConfig
 
             kwargs["reasoning_config"] = ReasoningConfig(**kwargs["reasoning_config"])
+        before = set(process_guard.descendants(os.getpid()))
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=_ray_stat_loggers())
+        # The engine core and workers vLLM just started end with this process, however it ends.
+        self._guard = process_guard.guard(p for p in process_guard.descendants(os.getpid()) if p not in before)
         for adapter in self._declared:
             await self.load_adapter(adapter)
 
@@ -186,6 +192,10 @@ class VllmEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+        if self._guard is not None:  # nothing left to guard
+            self._guard.kill()
+            self._guard.wait()
+            self._guard = None
 
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted)
