@@ -109,3 +109,36 @@ def test_disconnect_aborts_the_vllm_request(vllm_url):
         stats = _stats()
     assert stats["aborted"] == before["aborted"] + 1
     assert stats["active"] == 0
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every live process."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_bytes()
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            out[int(entry.name)] = (int(stat[stat.rindex(b")") + 2 :].split()[1]), cmd)
+    return out
+
+
+def test_the_engines_processes_end_with_its_replica(vllm_url):
+    """vLLM's engine core and worker run as processes of the Engine replica; a guard names each of them, so they are
+    killed once the replica's process is gone however it ends (agentserve/engines/process_guard.py)."""
+    procs = _processes()
+    replicas = {pid for pid, (_, cmd) in procs.items() if "ServeReplica:agentserve:Engine" in cmd}
+    engine = {
+        pid for pid, (ppid, cmd) in procs.items()
+        if cmd.startswith("VLLM::") and (ppid in replicas or procs.get(ppid, (0, ""))[0] in replicas)
+    }
+    guarded = {
+        (int(cmd.split()[3]), int(target.split(":")[0]))
+        for _, (_, cmd) in procs.items() if "agentserve.engines.process_guard" in cmd
+        for target in cmd.split()[4:]
+    }
+    assert replicas and engine, (replicas, engine)
+    assert {pid for _, pid in guarded} >= engine
+    assert {watched for watched, _ in guarded} <= replicas
