@@ -7,7 +7,7 @@ running: SmolLM2-135M's engine kept about 4.8 GB of RAM and its KV cache, and th
 on the replica's pidfd (no polling, no CPU at rest) and kills what is left of the engine when the replica is gone.
 Each target is named with its start time, so a pid the kernel has since given to another process is left alone.
 
-    python -m agentserve.engines.process_guard <watched pid> <pid>:<start time> ...
+    python -I -S agentserve/engines/process_guard.py <watched pid> <pid>:<start time> ...
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def guard(targets: Iterable[int], watched: int | None = None) -> subprocess.Pope
     named = [f"{pid}:{t}" for pid in targets if (t := start_time(pid)) is not None]
     if not named:
         return None
-    argv = [sys.executable, "-m", "agentserve.engines.process_guard", str(watched or os.getpid()), *named]
+    # The file run alone, standard library only (-I -S): a few MB of memory, not this package's imports.
+    argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(watched or os.getpid()), *named]
     # Its own session: a signal to the replica's process group (a terminal's Ctrl-C) does not end it first.
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 

@@ -134,10 +134,12 @@ def test_the_engines_processes_end_with_its_replica(vllm_url):
         pid for pid, (ppid, cmd) in procs.items()
         if cmd.startswith("VLLM::") and (ppid in replicas or procs.get(ppid, (0, ""))[0] in replicas)
     }
+    guards = [cmd.split() for _, (_, cmd) in procs.items() if "engines/process_guard.py" in cmd]
     guarded = {
-        (int(cmd.split()[3]), int(target.split(":")[0]))
-        for _, (_, cmd) in procs.items() if "agentserve.engines.process_guard" in cmd
-        for target in cmd.split()[4:]
+        (int(argv[argv.index(path) + 1]), int(target.split(":")[0]))
+        for argv in guards
+        for path in [next(a for a in argv if a.endswith("engines/process_guard.py"))]
+        for target in argv[argv.index(path) + 2 :]
     }
     assert replicas and engine, (replicas, engine)
     assert {pid for _, pid in guarded} >= engine
