@@ -43,15 +43,15 @@ def calibrate(n: int, w: sim.Workload, m: sim.ReplicaModel, load: float) -> floa
 
 
 def run(
-    n: int, w: sim.Workload, m: sim.ReplicaModel, load: float, cost: dict, scales: list[float],
-    makers: list | None = None, extra: dict | None = None,
+    n: int, w: sim.Workload, m: sim.ReplicaModel, rate: float, scales: list[float], makers: list,
+    extra: dict | None = None,
 ) -> list[dict]:
-    base = calibrate(n, w, m, load)
+    """Every router of `makers` on the same trace at each multiple of the calibrated session `rate`."""
     rows = []
     for scale in scales:
-        sessions = sim.make_sessions(w, base * scale)
-        for make in makers or sim.routers(w.block_size, **cost):
-            rows.append(_one(make(), n, sessions, w, m, {"session_rate": base * scale, "rate_scale": scale, **(extra or {})}))
+        sessions = sim.make_sessions(w, rate * scale)
+        for make in makers:
+            rows.append(_one(make(), n, sessions, w, m, {"session_rate": rate * scale, "rate_scale": scale, **(extra or {})}))
     return rows
 
 
@@ -142,30 +142,29 @@ def main() -> int:
     rows: list[dict] = []
     for n in [int(x) for x in args.replicas.split(",")]:
         w = sim.Workload(sessions=max(args.sessions, 32 * n), seed=args.seed)
+        base = calibrate(n, w, m, args.load)
         if args.overlap_weights:  # the raw rows behind the choice of weight
             for weight in [float(x) for x in args.overlap_weights.split(",")]:
                 ours = [lambda weight=weight: sim.Ours(w.block_size, "kv", overlap_weight=weight)]
-                rows.extend(run(n, w, m, args.load, cost, scales, ours, {"overlap_weight": weight}))
+                rows.extend(run(n, w, m, base, scales, ours, {"overlap_weight": weight}))
         else:
-            rows.extend(run(n, w, m, args.load, cost, scales))
+            rows.extend(run(n, w, m, base, scales, sim.routers(w.block_size, **cost)))
     out = Path(args.out)
-    if args.overlap_weights:
-        meta = {"command": " ".join(sys.argv), "machine": platform.platform(), "workload": asdict(sim.Workload()),
-                "replica_model": asdict(m), "load": args.load}
-        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-        return 0
-    md = table(rows)
-    print(md)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "command": " ".join(sys.argv),
         "machine": platform.platform(),
         "workload": asdict(sim.Workload()),
         "replica_model": asdict(m),
-        "cost": cost,
         "load": args.load,
         "rate_scales": scales,
     }
+    if args.overlap_weights:
+        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+        return 0
+    md = table(rows)
+    print(md)
+    meta["cost"] = cost
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     plot(rows, out.with_suffix(".png"))
     out.with_suffix(".md").write_text(md + "\n")

@@ -75,8 +75,8 @@ def _has_assistant(request: GenerationRequest) -> bool:
     return any(t.role == "assistant" for t in request.conversation.turns[:-1])
 
 
-# Render and tokenize take about 0.3 ms per 1K characters here (the tokenizer is most of it): below this a prompt
-# costs less than handing it to a worker thread does (docs/BENCHMARKS.md, "One hop at a time").
+# Render and tokenize grow with the prompt (the tokenizer is most of it): below this a prompt costs less than handing
+# it to a worker thread does (docs/BENCHMARKS.md, "One hop at a time").
 CHEAP_CHARS = 2048
 
 

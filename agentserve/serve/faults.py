@@ -1,6 +1,6 @@
 """Failures of the graph itself (a dead or saturated replica, a bug) as clean errors in the caller's envelope.
 
-A preprocessor, router or store replica that died or is restarting is a transient condition: the client
+A preprocessor or router replica that died or is restarting is a transient condition: the client
 gets 503/529 with `retry-after` and `x-should-retry`, as for overload. Anything else unexpected is a 500 in
 the API's envelope (with its `request-id`), raised nowhere further: Serve never sees a torn response.
 """

@@ -1,7 +1,7 @@
 """SQLite state backend: the embedded default, one file under the data directory, no server.
 
 One connection per backend object, guarded by a lock (Ray calls sync methods from a thread pool). Several
-processes of one node (the store replica, every ingress replica) share the file: WAL mode lets readers run
+processes of one node (every ingress and preprocessor replica) share the file: WAL mode lets readers run
 beside the writer, BEGIN IMMEDIATE serializes writers through SQLite's own file lock, and busy_timeout makes
 a writer wait for its turn instead of failing.
 """

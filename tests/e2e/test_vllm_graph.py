@@ -12,6 +12,7 @@ import pytest
 import yaml
 from ray import serve
 
+from agentserve.engines import process_guard
 from tests.conftest import running_graph
 
 pytestmark = pytest.mark.e2e
@@ -111,30 +112,24 @@ def test_disconnect_aborts_the_vllm_request(vllm_url):
     assert stats["active"] == 0
 
 
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every live process."""
+def _cmdlines() -> dict[int, str]:
     out = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                stat = (entry / "stat").read_bytes()
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            out[int(entry.name)] = (int(stat[stat.rindex(b")") + 2 :].split()[1]), cmd)
     return out
 
 
 def test_the_engines_processes_end_with_its_replica(vllm_url):
     """vLLM's engine core and worker run as processes of the Engine replica; a guard names each of them, so they are
     killed once the replica's process is gone however it ends (agentserve/engines/process_guard.py)."""
-    procs = _processes()
-    replicas = {pid for pid, (_, cmd) in procs.items() if "ServeReplica:agentserve:Engine" in cmd}
-    engine = {
-        pid for pid, (ppid, cmd) in procs.items()
-        if cmd.startswith("VLLM::") and (ppid in replicas or procs.get(ppid, (0, ""))[0] in replicas)
-    }
-    guards = [cmd.split() for _, (_, cmd) in procs.items() if "engines/process_guard.py" in cmd]
+    cmds = _cmdlines()
+    replicas = {pid for pid, cmd in cmds.items() if "ServeReplica:agentserve:Engine" in cmd}
+    engine = {p for r in replicas for p in process_guard.descendants(r) if cmds.get(p, "").startswith("VLLM::")}
+    guards = [cmd.split() for cmd in cmds.values() if "engines/process_guard.py" in cmd]
     guarded = {
         (int(argv[argv.index(path) + 1]), int(target.split(":")[0]))
         for argv in guards

@@ -3,8 +3,8 @@
 Entries are scoped to an owner (a hash of the caller's API key): another key sees a 404, as if the response did
 not exist. It keeps the Responses shapes; the bytes live in a state backend (agentserve/state: a SQLite file by
 default, PostgreSQL in clusters), which enforces the entry, byte and TTL caps, so stored responses and
-`previous_response_id` chains survive restarts and redeploys. `serve/deployments/response_store.py` runs one instance as a
-Ray Serve deployment. Calls block on the database: run them off the event loop.
+`previous_response_id` chains survive restarts and redeploys. Each Ingress replica opens one over the configured
+backend. Calls block on the database: run them off the event loop.
 """
 
 from __future__ import annotations
