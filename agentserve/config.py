@@ -159,10 +159,15 @@ class RouterSpec(_Strict):
     policy: Literal["kv", "approx", "least_loaded", "round_robin"] = "kv"  # kv falls back to approx per replica without events
     # Weight of prefill work (uncached + pending prompt tokens) against active KV blocks. Dynamo's default is 1;
     # with long agent prompts that lets decode blocks swamp the cache term (see docs/BENCHMARKS.md, router).
-    overlap_weight: float = Field(default=8.0, ge=0)
+    overlap_weight: float = Field(default=16.0, ge=0)
     temperature: float = Field(default=0.0, ge=0)  # > 0: softmax sampling over normalised costs
     default_osl: int = Field(default=256, ge=0)  # expected output tokens when the `osl` hint is absent
-    affinity_slack_blocks: float = Field(default=1.0, ge=0)  # cost near-ties go to the session's last replica
+    # A session's turn stays on its last replica unless another saves it more than this much prefill.
+    session_stay_tokens: int = Field(default=1024, ge=0)
+    # A new session goes only to replicas carrying <= this x the mean sessions (seen in the last resident_s);
+    # null: placed by cost alone (new sessions then crowd onto replicas caching a popular system prompt).
+    session_spread: float | None = Field(default=1.1, ge=1.0)
+    resident_s: float = Field(default=30.0, gt=0)
     max_in_flight_per_replica: int | None = Field(default=256, ge=1)
     max_active_tokens_per_replica: int | None = Field(default=None, ge=1)
     max_waiting: int = Field(default=1024, ge=0)  # admission queue when every replica is saturated

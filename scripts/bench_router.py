@@ -12,6 +12,8 @@ affinity). See agentserve/offline/router_sim.py for the model.
         [--rate-scales 1,1.5,2] [--out docs/benchmarks/router_sim.json]
     .venv/bin/python scripts/bench_router.py --replicas 8 --overlap-weights 1,4,8,16,32 \
         --out docs/benchmarks/router_overlap_sweep.json     # agentserve kv alone, one row per weight
+    .venv/bin/python scripts/bench_router.py --replicas 4,16,64 --rate-scales 1,1.5,2 --ablate \
+        --out docs/benchmarks/router_session_rules.json     # agentserve kv with and without its session rules
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentserve.offline import router_sim as sim  # noqa: E402
+from agentserve.routing.cost import CostConfig  # noqa: E402
+
+# agentserve kv with each session rule of agentserve/routing/cost.py taken out, and as it was before them.
+ABLATIONS: dict[str, dict] = {
+    "shipped": {},
+    "no session spread": {"session_spread": None},
+    "no session stay": {"session_stay_tokens": 0},
+    "neither rule": {"session_spread": None, "session_stay_tokens": 0},
+    "before (weight 8, neither rule)": {"overlap_weight": 8.0, "session_spread": None, "session_stay_tokens": 0},
+}
 
 
 def calibrate(n: int, w: sim.Workload, m: sim.ReplicaModel, load: float) -> float:
@@ -63,7 +75,7 @@ def _one(router: sim.SimRouter, n: int, sessions: list, w: sim.Workload, m: sim.
         f"N={n:3d} x{extra['rate_scale']:.2f} {res.router:32s} hit {res.hit_rate:6.1%} (ub {res.upper_bound_hit_rate:6.1%})  "
         f"ttft p50 {res.ttft_p50_ms:8.0f} p99 {res.ttft_p99_ms:8.0f} ms  util {res.util_mean:5.2f} "
         f"max/mean {res.util_max_over_mean:4.2f}  rejected {res.rejected:5d}/{res.requests}  "
-        f"[{row['wall_s']:.1f}s]" + (f"  overlap_weight {extra['overlap_weight']}" if "overlap_weight" in extra else ""),
+        f"[{row['wall_s']:.1f}s]" + "".join(f"  {k} {extra[k]}" for k in ("overlap_weight", "variant") if k in extra),
         flush=True,
     )
     return row
@@ -130,14 +142,15 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=1000, help="at least this many; 32 per replica at scale")
     ap.add_argument("--load", type=float, default=0.7)
     ap.add_argument("--kv-blocks", type=int, default=sim.ReplicaModel().kv_blocks)
-    ap.add_argument("--overlap-weight", type=float, default=8.0)
+    ap.add_argument("--overlap-weight", type=float, default=None, help="default: the router's (CostConfig)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rate-scales", default="1", help="session rates to run, as multiples of the calibrated one")
     ap.add_argument("--overlap-weights", default="", help="sweep agentserve kv's overlap weight alone (comma list)")
+    ap.add_argument("--ablate", action="store_true", help="agentserve kv alone, with and without its session rules")
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/router_sim.json"))
     args = ap.parse_args()
     m = sim.ReplicaModel(kv_blocks=args.kv_blocks)
-    cost = {"overlap_weight": args.overlap_weight}
+    cost = {} if args.overlap_weight is None else {"overlap_weight": args.overlap_weight}
     scales = [float(x) for x in args.rate_scales.split(",")]
     rows: list[dict] = []
     for n in [int(x) for x in args.replicas.split(",")]:
@@ -147,6 +160,10 @@ def main() -> int:
             for weight in [float(x) for x in args.overlap_weights.split(",")]:
                 ours = [lambda weight=weight: sim.Ours(w.block_size, "kv", overlap_weight=weight)]
                 rows.extend(run(n, w, m, base, scales, ours, {"overlap_weight": weight}))
+        elif args.ablate:
+            for name, rules in ABLATIONS.items():
+                ours = [lambda rules=rules: sim.Ours(w.block_size, "kv", **(cost | rules))]
+                rows.extend(run(n, w, m, base, scales, ours, {"variant": name}))
         else:
             rows.extend(run(n, w, m, base, scales, sim.routers(w.block_size, **cost)))
     out = Path(args.out)
@@ -159,12 +176,12 @@ def main() -> int:
         "load": args.load,
         "rate_scales": scales,
     }
-    if args.overlap_weights:
+    if args.overlap_weights or args.ablate:  # raw rows only
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
         return 0
     md = table(rows)
     print(md)
-    meta["cost"] = cost
+    meta["cost"] = asdict(CostConfig(block_size=sim.Workload().block_size, **cost))
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     plot(rows, out.with_suffix(".png"))
     out.with_suffix(".md").write_text(md + "\n")

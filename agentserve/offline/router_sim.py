@@ -26,7 +26,7 @@ import statistics
 import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from agentserve.protocol import AgentHints, PreprocessedRequest, SamplingParams
 from agentserve.routing.approx import ApproxIndex
@@ -293,7 +293,7 @@ BLOCK_SIZE_HINT = [128]
 class Ours(_Base):
     """agentserve's KvRouter, fed by the simulated replicas' store/evict reports."""
 
-    def __init__(self, block_size: int, mode: Mode = "kv", **cost: float) -> None:
+    def __init__(self, block_size: int, mode: Mode = "kv", **cost: Any) -> None:
         self.name = {"kv": "agentserve kv", "approx": "agentserve approx"}.get(mode, f"agentserve {mode}")
         cfg = RouterConfig(cost=CostConfig(block_size=block_size, **cost), mode=mode, expire_after_s=1e18)
         self._now = [0.0]
@@ -473,7 +473,7 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def routers(block_size: int, **ours_cost: float) -> list[Callable[[], SimRouter]]:
+def routers(block_size: int, **ours_cost: Any) -> list[Callable[[], SimRouter]]:
     return [
         RoundRobin,
         PowerOfTwo,

@@ -5,8 +5,15 @@
 
 (Dynamo's `overlap_score_weight * prefill_blocks + decode_blocks`, with the expected output length
 in the request's blocks.) The lowest cost wins; with temperature > 0 a softmax over range-normalised
-costs samples instead. Near-ties (within `affinity_slack_blocks`) go to the replica that served the
-session last, then to the replica with the smallest index, which spreads new content.
+costs samples instead.
+
+Two rules for agent sessions, whose turns arrive seconds apart and each extend the last one's prompt:
+- A session stays on the replica of its last turn unless another would save it more than `session_stay_tokens`
+  of prefill: moving re-prefills the whole conversation there, work the cost of one request does not see.
+- A new session goes only to a replica carrying at most `session_spread` times the mean number of sessions
+  (bounded loads, as in consistent hashing with bounded loads): a replica's in-flight load misses the sessions
+  between turns, and without the bound new sessions pile onto the few replicas caching a popular system prompt.
+Among exact ties the replica caching least takes new content.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ Reason = Literal["least_loaded", "prefix", "affinity", "only_replica"]
 @dataclass(frozen=True, slots=True)
 class CostConfig:
     block_size: int
-    overlap_weight: float = 8.0  # Dynamo uses 1.0; see RouterSpec.overlap_weight
+    overlap_weight: float = 16.0  # Dynamo uses 1.0; see RouterSpec.overlap_weight
     temperature: float = 0.0
     default_osl: int = 256
-    affinity_slack_blocks: float = 1.0
+    session_stay_tokens: int = 1024
+    session_spread: float | None = 1.1  # None: new sessions placed by cost alone
     max_in_flight: int | None = None  # per replica; over it a replica takes no new requests
     max_active_tokens: int | None = None  # pending prefill + active KV tokens per replica
 
@@ -38,6 +46,7 @@ class Candidate:
     overlap_blocks: int
     load: ReplicaLoad
     index_blocks: int = 0
+    resident_sessions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +84,15 @@ def choose(
     new_blocks: float,
     cfg: CostConfig,
     session_replica: str | None = None,
+    new_session: bool = False,
     rng: random.Random | None = None,
 ) -> Choice | None:
     """Pick a replica among the unsaturated candidates; None when all are saturated."""
     open_ = [c for c in candidates if not saturated(c.load, cfg)]
     if not open_:
         return None
+    if new_session and cfg.session_spread is not None:
+        open_ = _within_spread(open_, candidates, cfg.session_spread)
     costs = {c.replica: cost(c, prompt_tokens, new_blocks, cfg) for c in open_}
     if len(open_) == 1:
         c = open_[0]
@@ -89,7 +101,8 @@ def choose(
         pick = _sample(open_, costs, cfg.temperature, rng or random)
         return Choice(pick.replica, pick.overlap_blocks, costs[pick.replica], _reason(pick, False))
     best = min(costs.values())
-    near = [c for c in open_ if costs[c.replica] <= best + cfg.affinity_slack_blocks]
+    stay = cfg.overlap_weight * cfg.session_stay_tokens / cfg.block_size
+    near = [c for c in open_ if costs[c.replica] <= best + stay]
     strict = min(near, key=lambda c: costs[c.replica])
     for c in near:
         if c.replica == session_replica:
@@ -100,6 +113,13 @@ def choose(
     ties = [c for c in ties if c.index_blocks == fewest]
     pick = ties[0] if len(ties) == 1 else (rng or random).choice(ties)
     return Choice(pick.replica, pick.overlap_blocks, costs[pick.replica], _reason(pick, False))
+
+
+def _within_spread(open_: list[Candidate], every: list[Candidate], spread: float) -> list[Candidate]:
+    """The open replicas carrying at most `spread` x the mean sessions (never empty: the least-carrying one
+    is at or under the mean, unless it is saturated, and then the bound yields to the open ones)."""
+    cap = spread * sum(c.resident_sessions for c in every) / len(every)
+    return [c for c in open_ if c.resident_sessions <= cap] or open_
 
 
 def _reason(c: Candidate, affinity: bool) -> Reason:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Literal
 
@@ -21,6 +20,7 @@ from agentserve.routing.cost import Candidate, Choice, CostConfig, choose, reque
 from agentserve.routing.index import ApplyStats, EventIndex
 from agentserve.kv_events.format import KvEvent
 from agentserve.routing.load import LoadTracker, ReplicaLoad
+from agentserve.routing.sessions import SessionTable
 
 Mode = Literal["kv", "approx", "least_loaded", "round_robin"]
 
@@ -37,6 +37,7 @@ class RouterConfig:
     max_wait_s: float = 30.0
     retry_after_s: float = 2.0
     max_sessions: int = 100_000
+    resident_s: float = 30.0  # a session counts toward its replica's carried sessions this long after a turn
     lease_s: float = 15.0  # a routed request nobody renews (engine heartbeat) for this long is released
 
 
@@ -58,7 +59,7 @@ class KvRouter:
         self._learned = ApproxIndex(ttl_s=ttl, max_blocks=cfg.approx_max_blocks, clock=clock)
         self._load = LoadTracker()
         self._replicas: dict[str, _Replica] = {}
-        self._sessions: OrderedDict[str, str] = OrderedDict()
+        self._sessions = SessionTable(resident_s=cfg.resident_s, max_sessions=cfg.max_sessions)
         self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
             max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock
         )
@@ -91,8 +92,7 @@ class KvRouter:
             return []
         self._events.remove_replica(replica)
         self._learned.remove_replica(replica)
-        for s in [s for s, r in self._sessions.items() if r == replica]:
-            del self._sessions[s]
+        self._sessions.forget_replica(replica)
         return self._load.remove_replica(replica)
 
     def expire(self) -> list[str]:
@@ -146,19 +146,23 @@ class KvRouter:
             self._commit(req, choice, request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, self.cfg.cost), "")
             return RouteDecision(replica_id=choice.replica, reason="least_loaded")
         overlaps = self.overlaps(req.block_hashes)
+        resident = self._sessions.resident(self._clock())
         cands = [
-            Candidate(r, overlaps.get(r, 0), self._load.load(r), self._index_size(r)) for r in self._replicas
+            Candidate(r, overlaps.get(r, 0), self._load.load(r), self._index_size(r), resident[r])
+            for r in self._replicas
         ]
         cfg = self.cfg.cost
         osl = req.hints.osl
         new_blocks = request_blocks(req.prompt_tokens, osl, req.max_tokens, cfg)
         session = self._session_key(req)
+        home = self._sessions.replica_of(session) if session else None
         choice = choose(
             cands,
             prompt_tokens=req.prompt_tokens,
             new_blocks=new_blocks,
             cfg=cfg,
-            session_replica=self._sessions.get(session) if session else None,
+            session_replica=home,
+            new_session=bool(session) and home is None,
             rng=self._rng,
         )
         if choice is None:
@@ -260,10 +264,7 @@ class KvRouter:
         if self.cfg.mode not in ("least_loaded", "round_robin"):
             self._learned.learn(choice.replica, req.block_hashes)
         if session:
-            self._sessions[session] = choice.replica
-            self._sessions.move_to_end(session)
-            if len(self._sessions) > self.cfg.max_sessions:
-                self._sessions.popitem(last=False)
+            self._sessions.touch(session, choice.replica, self._clock())
         self.counters["routed"] += 1
         if choice.reason in ("prefix", "affinity"):
             self.counters[choice.reason] += 1

@@ -74,7 +74,7 @@ def test_sessions_stick_to_the_replica_holding_their_prefix(url):
                          {"role": "user", "content": f"tool output {turn} " * 20}]
     st = stats()
     assert st["events"]["batches"] > 0 and st["events"]["resets"] == 0
-    # Sequential sessions sharing a system prompt stay where it is cached (no load to push them apart).
+    # Every later turn found its session's prefix where the earlier turn left it.
     assert max(v["indexed_blocks"] for v in st["replicas"].values()) > 0
     assert st["counters"]["prefix"] >= 8
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentserve.kv_events.format import BlockStored
 from agentserve.preprocess.block_hash import block_hashes
@@ -67,13 +69,86 @@ def test_first_token_and_release_return_load():
     assert r.load(rep).in_flight == 0 and r.load(rep).active_blocks == pytest.approx(0)
 
 
-def test_session_affinity_breaks_near_ties():
-    r = make(affinity_slack_blocks=50)
-    first = r.try_route(req(0, list(range(8)), session="s")).replica_id
+def test_a_session_stays_unless_another_replica_saves_it_more_than_stay_tokens():
+    # weight 8, 4-token blocks: 8 tokens of pending prefill cost 16 units; stay_tokens=16 tolerates 32.
+    r = make(session_stay_tokens=16)
+    home = r.try_route(req(0, list(range(8)), session="s")).replica_id
+    other = "b" if home == "a" else "a"
     r.release("r0")
-    for i in range(1, 5):
-        assert r.try_route(req(i, list(range(500 + 8 * i, 508 + 8 * i)), session="s")).replica_id == first
+    r._load.start("x1", home, 8, 0)  # noqa: SLF001 - pending prefill on home, less than the stay threshold
+    assert r.try_route(req(1, list(range(500, 508)), session="s")).replica_id == home
+    r.release("r1")
+    r._load.start("x2", home, 40, 0)  # noqa: SLF001 - now another replica saves more than 16 tokens
+    assert r.try_route(req(2, list(range(600, 608)), session="s")).replica_id == other
+    # Without a session, the same load difference moves the request at once.
+    r2 = make(session_stay_tokens=16)
+    r2._load.start("x", "a", 8, 0)  # noqa: SLF001
+    assert r2.try_route(req(3, list(range(700, 708)))).replica_id == "b"
+
+
+SYSTEM = list(range(1000, 1064))  # a shared system prompt both sessions' first turns start with
+
+
+def test_new_sessions_spread_over_replicas_instead_of_crowding_the_one_caching_their_prompt():
+    now = [0.0]
+    crowd = make(now=now, session_spread=None)
+    spread = make(now=now)
+    for r in (crowd, spread):
+        store(r, "b", SYSTEM)
+    placed = {"crowd": [], "spread": []}
+    for i in range(8):
+        for name, r in (("crowd", crowd), ("spread", spread)):
+            d = r.try_route(req(i, SYSTEM + [i] * 8, session=f"s{i}"))
+            placed[name].append(d.replica_id)
+            r.release(f"r{i}")
+        now[0] += 1
+    assert placed["crowd"] == ["b"] * 8
+    assert sorted(placed["spread"].count(x) for x in "ab") == [4, 4]
+    # A session's later turns stay where it started, whichever replica caches the system prompt.
+    for i in range(8):
+        d = spread.try_route(req(100 + i, SYSTEM + [i] * 8 + [7, 7, 7, 7], session=f"s{i}"))
+        assert d.replica_id == placed["spread"][i]
+        spread.release(f"r{100 + i}")
+
+
+def test_sessions_idle_past_resident_s_no_longer_count():
+    now = [0.0]
+    r = make(now=now)
+    store(r, "b", SYSTEM)
+    assert r.try_route(req(0, SYSTEM + [0] * 8, session="s0")).replica_id == "b"
+    r.release("r0")
+    assert r.try_route(req(1, SYSTEM + [1] * 8, session="s1")).replica_id == "a"  # b carries more than the mean
+    r.release("r1")
+    now[0] = 31  # both sessions idle past resident_s (30 s): b is free to take the next new session again
+    for replica in "ab":
+        r.heartbeat(replica)
+    assert r.try_route(req(2, SYSTEM + [2] * 8, session="s2")).replica_id == "b"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 11), st.booleans(), st.floats(0, 20)), min_size=1, max_size=60))
+def test_a_new_session_never_goes_to_a_replica_over_the_spread_bound(steps):
+    """Bounded loads: the replica a new session is placed on carried at most spread x the mean sessions seen in
+    the last resident_s, counted here from the router's own decisions."""
+    now = [0.0]
+    r = make(now=now)
+    r.register("c", events=True)
+    store(r, "b", SYSTEM)
+    seen: dict[str, tuple[str, float]] = {}
+    for i, (session, shared, dt) in enumerate(steps):
+        now[0] += dt
+        for replica in "abc":
+            r.heartbeat(replica)
+        tokens = (SYSTEM if shared else []) + [session] * 8 + [i] * 4
+        carried = {x: 0 for x in "abc"}
+        for replica, at in seen.values():
+            if at > now[0] - 30:
+                carried[replica] += 1
+        d = r.try_route(req(i, tokens, session=f"s{session}"))
         r.release(f"r{i}")
+        if f"s{session}" not in seen:
+            assert carried[d.replica_id] <= 1.1 * sum(carried.values()) / 3
+        seen[f"s{session}"] = (d.replica_id, now[0])
 
 
 def test_approx_mode_learns_from_its_own_decisions():

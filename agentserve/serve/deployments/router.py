@@ -38,7 +38,8 @@ def router_config(args: ServeArgs, model: ModelSpec | None = None) -> RouterConf
             overlap_weight=r.overlap_weight,
             temperature=r.temperature,
             default_osl=r.default_osl,
-            affinity_slack_blocks=r.affinity_slack_blocks,
+            session_stay_tokens=r.session_stay_tokens,
+            session_spread=r.session_spread,
             max_in_flight=r.max_in_flight_per_replica,
             max_active_tokens=r.max_active_tokens_per_replica,
         ),
@@ -49,6 +50,7 @@ def router_config(args: ServeArgs, model: ModelSpec | None = None) -> RouterConf
         max_wait_s=r.max_wait_s,
         retry_after_s=r.retry_after_s,
         lease_s=r.lease_s,
+        resident_s=r.resident_s,
     )
 
 
