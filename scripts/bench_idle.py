@@ -101,8 +101,15 @@ def proc_start_time(pid: int) -> float | None:
         return None
 
 
+def _switches(pid: int, tid: str) -> int:
+    """Context switches of a thread so far: each voluntary one is a sleep, so a wake-up follows it."""
+    status = _read(f"/proc/{pid}/task/{tid}/status")
+    m = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M)
+    return int(m.group(1)) if m else 0
+
+
 def thread_cpu(pids: list[int]) -> dict[tuple[int, int], dict[str, Any]]:
-    """{(pid, tid): {process, thread, cpu_s}} for every thread of the given processes."""
+    """{(pid, tid): {process, thread, cpu_s, wakeups}} for every thread of the given processes."""
     out: dict[tuple[int, int], dict[str, Any]] = {}
     for pid in pids:
         label = proc_label(pid)
@@ -117,7 +124,7 @@ def thread_cpu(pids: list[int]) -> dict[tuple[int, int], dict[str, Any]]:
             name = text[text.find("(") + 1:text.rfind(")")]
             f = _stat_fields(text)
             out[(pid, int(tid))] = {"process": label, "thread": name,
-                                    "cpu_s": (int(f[11]) + int(f[12])) / CLK_TCK}
+                                    "cpu_s": (int(f[11]) + int(f[12])) / CLK_TCK, "wakeups": _switches(pid, tid)}
     return out
 
 
@@ -130,8 +137,8 @@ def idle_profile(tree, seconds: float) -> dict[str, Any]:
     after = thread_cpu(tree())
     used: dict[tuple[int, int], dict[str, Any]] = {}
     for k, v in after.items():
-        d = v["cpu_s"] - (before[k]["cpu_s"] if k in before else 0.0)
-        used[k] = {**v, "cpu_s": d}
+        was = before.get(k, {"cpu_s": 0.0, "wakeups": 0})
+        used[k] = {**v, "cpu_s": v["cpu_s"] - was["cpu_s"], "wakeups": v["wakeups"] - was["wakeups"]}
     total = sum(v["cpu_s"] for v in used.values())
     by_proc: dict[str, float] = {}
     by_thread: dict[str, float] = {}
@@ -139,18 +146,21 @@ def idle_profile(tree, seconds: float) -> dict[str, Any]:
         by_proc[f"{v['process']} [{pid}]"] = by_proc.get(f"{v['process']} [{pid}]", 0.0) + v["cpu_s"]
         key = f"{v['process']} / {v['thread']}"
         by_thread[key] = by_thread.get(key, 0.0) + v["cpu_s"]
-    top = [kv for kv in sorted(used.items(), key=lambda kv: -kv[1]["cpu_s"]) if kv[1]["cpu_s"] / wall >= 0.0005]
+    top = [kv for kv in sorted(used.items(), key=lambda kv: -kv[1]["cpu_s"])
+           if kv[1]["cpu_s"] / wall >= 0.0005 or kv[1]["wakeups"] / wall >= 20]
     return {
         "wall_s": wall,
         "cpu_s": total,
         "cores": total / wall,
+        "wakeups_per_s": round(sum(v["wakeups"] for v in used.values()) / wall, 1),
         "processes": len({k[0] for k in after}),
         "threads": len(after),
         "by_process_cores": {k: round(v / wall, 4) for k, v in sorted(by_proc.items(), key=lambda kv: -kv[1])},
         "by_thread_name_cores": {k: round(v / wall, 4)
                                  for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1])[:30]},
         "top_threads": [{"pid": k[0], "tid": k[1], "process": v["process"], "thread": v["thread"],
-                         "cores": round(v["cpu_s"] / wall, 4)} for k, v in top],
+                         "cores": round(v["cpu_s"] / wall, 4), "wakeups_per_s": round(v["wakeups"] / wall, 1)}
+                        for k, v in top],
     }
 
 

@@ -22,6 +22,10 @@ Ray (the raylet's workers inherit it), never set later.
 - Less periodic work at rest (docs/BENCHMARKS.md, "At rest and start-up"): the Serve controller's loop 0.1 -> 0.5 s,
   replicas' and handles' cached-metrics flush 100 -> 1000 ms, the raylet's resource reports 100 -> 1000 ms, task
   events 1 -> 5 s. The raylet and GCS read theirs only from the environment of the process that starts Ray.
+- Ray's log monitor (it streams the workers' log files to the driver's terminal) globbed the log directory every
+  0.1 s while fewer than RAY_LOG_MONITOR_MANY_FILES_THRESHOLD files existed (0.007 cores at rest, 10 wake-ups a
+  second): it now looks for new files every LOG_NAME_UPDATE_INTERVAL_S (2 s), so a new replica's first lines reach
+  the terminal up to 2 s later; lines of files it already follows are read as before.
 - RAY_worker_niceness=0: Ray starts workers (every replica, and so the vLLM engine core and worker) at nice 15;
   `vllm serve` runs at 0, and on a busy machine nice 15 loses the CPU to everything else.
 """
@@ -52,6 +56,8 @@ SERVE_ENV: dict[str, str] = {
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
     "RAY_raylet_report_resources_period_milliseconds": "1000",
     "RAY_task_events_report_interval_ms": "5000",
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
+    "LOG_NAME_UPDATE_INTERVAL_S": "2",
     "RAY_worker_niceness": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
