@@ -19,8 +19,11 @@ def _prepare_adapter(ns: argparse.Namespace) -> int:
 
 def _prepare_model(ns: argparse.Namespace) -> int:
     from agentserve.prepare_model import prepare_model
+    from agentserve.preprocess.tokenizer import remember_tokenizer_class
 
-    print(prepare_model(Path(ns.cache_dir) if ns.cache_dir else None, force=ns.force))
+    path = prepare_model(Path(ns.cache_dir) if ns.cache_dir else None, force=ns.force)
+    remember_tokenizer_class(path)
+    print(path)
     return 0
 
 

@@ -20,6 +20,7 @@ from agentserve.config import EngineSpec, LoraAdapterSpec, ScriptedCache, Script
 from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
 from agentserve.engines.scripted_cache import PrefixCache
 from agentserve.kv_events.publisher import KvEventPublisher
+from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
 
 
@@ -116,9 +117,7 @@ class ScriptedEngine:
         reasoning_markers: tuple[str, str] | None = None,
         adapters: tuple[LoraAdapterSpec, ...] = (),
     ) -> "ScriptedEngine":
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(model_path))
+        tok = load_tokenizer(str(model_path))
         return cls(
             load_rules(spec),
             lambda text: tok.encode(text, add_special_tokens=False),
