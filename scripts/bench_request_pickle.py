@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""Benchmark: what a PreprocessedRequest costs to cross a replica boundary, by prompt length.
+"""Benchmark: what a request costs to cross a replica boundary, by prompt length and conversation length.
 
-    .venv/bin/python scripts/bench_request_pickle.py [--tokens 1000,4000,20000,100000] [--samples 300]
+    .venv/bin/python scripts/bench_request_pickle.py [--tokens 1000,4000,20000,100000] [--turns 10,50,150,300]
 
-Serve pickles a handle call's arguments and results with cloudpickle and unpickles them with pickle; the request
-crosses twice on every request's critical path (Preprocessor -> Ingress as the result of `preprocess`, Ingress ->
-Engine as the argument of `generate`). Per prompt length and vocabulary (SmolLM2's 49,152 ids, Qwen3's 151,936:
-ids past 65,535 pickle wider as list items), the same request is timed through cloudpickle.dumps and pickle.loads
-with the token ids packed (as shipped) and as a list of ints (the class's packing switched off for the run).
-p50 / p90 / p99 of raw samples after 20 warm-up rounds; the machine's load average is recorded. Writes
+Serve serializes a handle call's arguments and results (cloudpickle by default; agentserve's handles ask for plain
+pickle) and unpickles them with pickle. On every request's critical path the conversation crosses once (Ingress ->
+Preprocessor, a `GenerationRequest`) and the rendered request twice (Preprocessor -> Ingress, Ingress -> Engine, a
+`PreprocessedRequest`). Timed, dumps and loads of the same object:
+* `PreprocessedRequest` per prompt length and vocabulary (SmolLM2's 49,152 ids, Qwen3's 151,936: ids past 65,535
+  pickle wider as list items): before (ids as a list of ints, cloudpickle) against shipped (ids packed, pickle);
+* `GenerationRequest` of an agent conversation of N assistant turns (reasoning, text, a tool call; then a tool
+  result; a 60 KB system prompt and 20 tool schemas): cloudpickle against pickle.
+Forms interleaved in blocks; p50 / p90 / p99 of raw samples after 20 warm-up rounds; load average recorded. Writes
 docs/benchmarks/request_pickle.{json,png}.
 """
 
@@ -35,6 +38,10 @@ VOCABS = {"smollm2": 49_152, "qwen3": 151_936}
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _pickle_dumps(obj) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)  # what Serve's "pickle" serialization does
 
 
 @contextmanager
@@ -67,13 +74,32 @@ def request(tokens: int, vocab: int, rng: random.Random):
     )
 
 
-def timed(req, samples: int, warmup: int = 20) -> dict[str, list[float]]:
-    from ray import cloudpickle
+def conversation(turns: int):
+    """An agent conversation of `turns` assistant turns, as the Ingress hands it to the Preprocessor."""
+    from agentserve.protocol import (
+        Conversation, GenerationRequest, ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock, ToolSpec, Turn,
+    )
 
+    history = [Turn(role="system", blocks=(TextBlock(text="You are a coding agent. " * 2500),)),
+               Turn(role="user", blocks=(TextBlock(text="Fix the failing test."),))]
+    for i in range(turns):
+        history.append(Turn(role="assistant", blocks=(
+            ReasoningBlock(text=f"Step {i}: " + "check the next file and think about it. " * 12),
+            TextBlock(text=f"Looking at file {i}."),
+            ToolCallBlock(id=f"call_{i}", name="Bash", arguments=json.dumps({"command": f"cat src/file_{i}.py"})))))
+        history.append(Turn(role="tool", blocks=(
+            ToolResultBlock(tool_call_id=f"call_{i}", content="".join(f"line {i}.{k} of code\n" for k in range(120))),)))
+    tools = tuple(ToolSpec(name=f"Tool{k}", description=f"Tool {k}. " * 100,
+                           parameters={"type": "object", "properties": {"arg": {"type": "string"}}}) for k in range(20))
+    return GenerationRequest(request_id="req_bench", model="m",
+                             conversation=Conversation(turns=tuple(history), tools=tools))
+
+
+def timed(req, samples: int, dumps, warmup: int = 20) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"dumps_ms": [], "loads_ms": [], "round_trip_ms": []}
     for i in range(warmup + samples):
         t0 = time.perf_counter()
-        blob = cloudpickle.dumps(req)
+        blob = dumps(req)
         t1 = time.perf_counter()
         back = pickle.loads(blob)
         t2 = time.perf_counter()
@@ -81,7 +107,7 @@ def timed(req, samples: int, warmup: int = 20) -> dict[str, list[float]]:
             out["dumps_ms"].append((t1 - t0) * 1e3)
             out["loads_ms"].append((t2 - t1) * 1e3)
             out["round_trip_ms"].append((t2 - t0) * 1e3)
-    assert back == req and type(back.token_ids) is list
+    assert back == req
     out["bytes"] = [len(blob)]
     return out
 
@@ -89,37 +115,24 @@ def timed(req, samples: int, warmup: int = 20) -> dict[str, list[float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1000,4000,20000,100000")
+    ap.add_argument("--turns", default="10,50,150,300")
     ap.add_argument("--samples", type=int, default=300)
     a = ap.parse_args()
+    from ray import cloudpickle
+
     rng = random.Random(0)
     rows = []
     for vocab_name, vocab in VOCABS.items():
         for tokens in (int(t) for t in a.tokens.split(",")):
             req = request(tokens, vocab, rng)
-            row = {"vocab": vocab_name, "tokens": tokens, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
-            # Interleaved in blocks, so a slow minute of the machine weighs on both forms alike.
-            raw: dict[str, dict[str, list[float]]] = {"packed": {}, "list": {}}
-            for block in range(4):
-                for form in (("packed", "list") if block % 2 == 0 else ("list", "packed")):
-                    with packing(form == "packed"):
-                        got = timed(req, a.samples // 4)
-                    for k, v in got.items():
-                        raw[form].setdefault(k, []).extend(v if k != "bytes" else v[:1])
-            for form, got in raw.items():
-                row[form] = {
-                    "bytes": got["bytes"][0],
-                    **{
-                        k: {"n": len(v), "p50": round(pct(v, 0.5), 4), "p90": round(pct(v, 0.9), 4),
-                            "p99": round(pct(v, 0.99), 4)}
-                        for k, v in got.items() if k.endswith("_ms")
-                    },
-                }
-            row["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-            rows.append(row)
-            p, l = row["packed"]["round_trip_ms"], row["list"]["round_trip_ms"]
-            print(f"{vocab_name:8} {tokens:>7} tokens  round trip p50/p90 ms: list {l['p50']:.3f}/{l['p90']:.3f}  "
-                  f"packed {p['p50']:.3f}/{p['p90']:.3f}  ({l['p50'] / p['p50']:.2f}x)  "
-                  f"bytes {row['list']['bytes']} -> {row['packed']['bytes']}")
+            rows.append(compare(
+                {"message": "PreprocessedRequest", "vocab": vocab_name, "tokens": tokens},
+                {"before": (False, cloudpickle.dumps), "shipped": (True, _pickle_dumps)}, req, a.samples))
+    for turns in (int(t) for t in a.turns.split(",")):
+        req = conversation(turns)
+        rows.append(compare(
+            {"message": "GenerationRequest", "turns": turns},
+            {"before": (True, cloudpickle.dumps), "shipped": (True, _pickle_dumps)}, req, a.samples))
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {
         "benchmark": "request_pickle",
@@ -132,24 +145,63 @@ def main() -> None:
     print(f"wrote {OUT.with_suffix('.json')} and {OUT.with_suffix('.png')}")
 
 
+def compare(row: dict, forms: dict, req, samples: int) -> dict:
+    """Time `req` in each form (packing on/off, serializer), interleaved in blocks so a slow minute of the machine
+    weighs on every form alike."""
+    row = {**row, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    raw: dict[str, dict[str, list[float]]] = {name: {} for name in forms}
+    for block in range(4):
+        for name in (list(forms) if block % 2 == 0 else list(reversed(forms))):
+            packed, dumps = forms[name]
+            with packing(packed):
+                got = timed(req, samples // 4, dumps)
+            for k, v in got.items():
+                raw[name].setdefault(k, []).extend(v if k != "bytes" else v[:1])
+    for name, got in raw.items():
+        row[name] = {
+            "bytes": got["bytes"][0],
+            **{
+                k: {"n": len(v), "p50": round(pct(v, 0.5), 4), "p90": round(pct(v, 0.9), 4),
+                    "p99": round(pct(v, 0.99), 4)}
+                for k, v in got.items() if k.endswith("_ms")
+            },
+        }
+    row["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    b, s = row["before"], row["shipped"]
+    what = f"{row['vocab']} {row['tokens']} tokens" if "tokens" in row else f"{row['turns']} turns"
+    print(f"{row['message']:19} {what:22} p50/p90 ms  dumps {b['dumps_ms']['p50']:.3f}/{b['dumps_ms']['p90']:.3f} -> "
+          f"{s['dumps_ms']['p50']:.3f}/{s['dumps_ms']['p90']:.3f}  loads {b['loads_ms']['p50']:.3f}/"
+          f"{b['loads_ms']['p90']:.3f} -> {s['loads_ms']['p50']:.3f}/{s['loads_ms']['p90']:.3f}  "
+          f"round trip {b['round_trip_ms']['p50'] / s['round_trip_ms']['p50']:.2f}x  bytes {b['bytes']} -> {s['bytes']}")
+    return row
+
+
 def plot(rows: list[dict]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for vocab in VOCABS:
-        sub = [r for r in rows if r["vocab"] == vocab]
-        xs = [r["tokens"] for r in sub]
-        for form, style in (("list", "--"), ("packed", "-")):
-            ax.plot(xs, [r[form]["round_trip_ms"]["p50"] for r in sub], style, marker="o", label=f"{vocab}, {form}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("prompt tokens")
-    ax.set_ylabel("cloudpickle.dumps + pickle.loads, p50 ms")
-    ax.set_title("One PreprocessedRequest across a replica boundary")
-    ax.legend()
+        sub = [r for r in rows if r.get("vocab") == vocab]
+        for form, style in (("before", "--"), ("shipped", "-")):
+            left.plot([r["tokens"] for r in sub], [r[form]["round_trip_ms"]["p50"] for r in sub], style, marker="o",
+                      label=f"{vocab}, {form}")
+    left.set_title("PreprocessedRequest (Preprocessor -> Ingress -> Engine)")
+    left.set_xlabel("prompt tokens")
+    sub = [r for r in rows if r["message"] == "GenerationRequest"]
+    for form, style in (("before", "--"), ("shipped", "-")):
+        for part, marker in (("dumps_ms", "o"), ("loads_ms", "s")):
+            right.plot([r["turns"] for r in sub], [r[form][part]["p50"] for r in sub], style, marker=marker,
+                       label=f"{form}, {part[:5]}")
+    right.set_title("GenerationRequest (Ingress -> Preprocessor)")
+    right.set_xlabel("assistant turns")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylabel("p50 ms")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(OUT.with_suffix(".png"), dpi=110)
 

@@ -17,7 +17,9 @@ from agentserve.serve.handles import on_this_process
 built_elsewhere = DeploymentHandle("Preprocessor", "agentserve", handle_options=DynamicHandleOptions(_by_reference=True))
 rebuilt = on_this_process(built_elsewhere)
 print(json.dumps({"name": rebuilt.deployment_name, "app": rebuilt.app_name,
-                  "by_reference": rebuilt.handle_options._by_reference}))
+                  "by_reference": rebuilt.handle_options._by_reference,
+                  "serialization": [rebuilt.handle_options.request_serialization,
+                                    rebuilt.handle_options.response_serialization]}))
 """
 
 
@@ -29,7 +31,12 @@ def _probe(env: dict[str, str]) -> dict:
 def test_a_replica_with_agentserves_environment_calls_over_grpc_whatever_the_builder_asked():
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
     got = _probe({**env, **ray_env.SERVE_ENV})
-    assert got == {"name": "Preprocessor", "app": "agentserve", "by_reference": False}
+    assert got == {
+        "name": "Preprocessor",
+        "app": "agentserve",
+        "by_reference": False,
+        "serialization": ["pickle", "pickle"],  # plain pickle both ways: every message is an importable class
+    }
 
 
 def test_without_it_the_replica_keeps_rays_default_transport():
