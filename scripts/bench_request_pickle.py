@@ -10,7 +10,8 @@ Preprocessor, a `GenerationRequest`) and the rendered request twice (Preprocesso
 * `PreprocessedRequest` per prompt length and vocabulary (SmolLM2's 49,152 ids, Qwen3's 151,936: ids past 65,535
   pickle wider as list items): before (ids as a list of ints, cloudpickle) against shipped (ids packed, pickle);
 * `GenerationRequest` of an agent conversation of N assistant turns (reasoning, text, a tool call; then a tool
-  result; a 60 KB system prompt and 20 tool schemas): cloudpickle against pickle.
+  result; a 60 KB system prompt and 20 tool schemas): before (every turn and block pickled as a model, cloudpickle)
+  against shipped (the conversation as plain data rebuilt by pydantic on arrival, pickle).
 Forms interleaved in blocks; p50 / p90 / p99 of raw samples after 20 warm-up rounds; load average recorded. Writes
 docs/benchmarks/request_pickle.{json,png}.
 """
@@ -46,19 +47,22 @@ def _pickle_dumps(obj) -> bytes:
 
 @contextmanager
 def packing(on: bool) -> Iterator[None]:
+    """Off: the messages pickle as plain pydantic models (a PreprocessedRequest's ids as a list of ints, every turn
+    and block of a Conversation as a model), as before they packed themselves for the trip."""
     from pydantic import BaseModel
 
-    from agentserve.protocol import PreprocessedRequest
+    from agentserve.protocol import Conversation, PreprocessedRequest
 
     if on:
         yield
         return
-    saved = PreprocessedRequest.__getstate__, PreprocessedRequest.__setstate__
+    saved = PreprocessedRequest.__getstate__, PreprocessedRequest.__setstate__, Conversation.__reduce__
     PreprocessedRequest.__getstate__, PreprocessedRequest.__setstate__ = BaseModel.__getstate__, BaseModel.__setstate__
+    Conversation.__reduce__ = object.__reduce__
     try:
         yield
     finally:
-        PreprocessedRequest.__getstate__, PreprocessedRequest.__setstate__ = saved
+        PreprocessedRequest.__getstate__, PreprocessedRequest.__setstate__, Conversation.__reduce__ = saved
 
 
 def request(tokens: int, vocab: int, rng: random.Random):
@@ -132,7 +136,7 @@ def main() -> None:
         req = conversation(turns)
         rows.append(compare(
             {"message": "GenerationRequest", "turns": turns},
-            {"before": (True, cloudpickle.dumps), "shipped": (True, _pickle_dumps)}, req, a.samples))
+            {"before": (False, cloudpickle.dumps), "shipped": (True, _pickle_dumps)}, req, a.samples))
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {
         "benchmark": "request_pickle",

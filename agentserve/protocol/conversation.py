@@ -80,9 +80,6 @@ class ToolSpec(BaseModel):
         return {"type": "function", "function": fn}
 
 
-
-
-
 class NamedToolChoice(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -98,6 +95,12 @@ class Conversation(BaseModel):
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice = "auto"
     parallel_tool_calls: bool = True  # False: at most one call per turn (enforced by the grammar when constrained)
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Crosses a replica boundary (Ingress -> Preprocessor) as plain data that pydantic-core rebuilds in one
+        call, instead of every turn and block pickled as a model and restored one by one in Python: a long agent
+        conversation sends and arrives 2-3x faster (docs/BENCHMARKS.md, "What a long prompt costs to carry")."""
+        return (_conversation_from_data, (self.model_dump(),))
 
     def last_user_text(self) -> str:
         """Text of the user and tool-result turns since the last assistant turn (what a scripted engine matches
@@ -117,3 +120,7 @@ class Conversation(BaseModel):
                     parts.append(b.content)
             run.append("".join(parts))
         return "\n".join(reversed(run))
+
+
+def _conversation_from_data(data: dict[str, Any]) -> Conversation:
+    return Conversation.model_validate(data)

@@ -1,7 +1,8 @@
-"""A PreprocessedRequest arrives at the Ingress and the Engine exactly as the Preprocessor made it.
+"""Requests arrive at the next replica exactly as they were sent.
 
-Serve pickles handle-call arguments and results (cloudpickle out, pickle in); the request packs its token ids for
-the trip, so what is checked here is that the trip changes nothing a replica can see.
+Serve pickles handle-call arguments and results; a PreprocessedRequest packs its token ids for the trip and a
+Conversation travels as plain data rebuilt by pydantic on arrival, so what is checked here is that the trip changes
+nothing a replica can see.
 """
 
 from __future__ import annotations
@@ -11,7 +12,21 @@ import pickle
 from hypothesis import given, strategies as st
 from ray import cloudpickle
 
-from agentserve.protocol import AgentHints, PreprocessedRequest, SamplingParams
+from agentserve.protocol import (
+    AgentHints,
+    Conversation,
+    GenerationRequest,
+    ImageBlock,
+    PreprocessedRequest,
+    ReasoningBlock,
+    SamplingParams,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Turn,
+)
+from agentserve.protocol.conversation import NamedToolChoice
 
 _UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -51,3 +66,50 @@ def test_the_ids_travel_packed():
     state = sent.__getstate__()
     assert not isinstance(state["__dict__"]["token_ids"], list)
     assert sent.token_ids == list(range(50_000))  # packing for the trip leaves the sender's request alone
+
+
+_TEXT = st.text(max_size=40)
+_BLOCKS = st.one_of(
+    st.builds(TextBlock, text=_TEXT),
+    st.builds(ReasoningBlock, text=_TEXT, signature=st.none() | _TEXT),
+    st.builds(ToolCallBlock, id=_TEXT, name=_TEXT, arguments=_TEXT),
+    st.builds(ToolResultBlock, tool_call_id=_TEXT, content=_TEXT, is_error=st.booleans()),
+    st.builds(ImageBlock, url=_TEXT),
+)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_CONVERSATIONS = st.builds(
+    Conversation,
+    turns=st.lists(
+        st.builds(Turn, role=st.sampled_from(["system", "user", "assistant", "tool"]),
+                  blocks=st.lists(_BLOCKS, max_size=4).map(tuple)),
+        max_size=6,
+    ).map(tuple),
+    tools=st.lists(
+        st.builds(ToolSpec, name=_TEXT, description=st.none() | _TEXT,
+                  parameters=st.dictionaries(_TEXT, _JSON, max_size=3), strict=st.booleans()),
+        max_size=3,
+    ).map(tuple),
+    tool_choice=st.sampled_from(["auto", "none", "required"]) | st.builds(NamedToolChoice, name=_TEXT),
+    parallel_tool_calls=st.booleans(),
+)
+
+
+@given(conversation=_CONVERSATIONS, dumps=st.sampled_from([cloudpickle.dumps, pickle.dumps]))
+def test_a_conversation_crosses_to_the_preprocessor_unchanged(conversation, dumps):
+    sent = GenerationRequest(request_id="req_1", model="m", conversation=conversation)
+    received = pickle.loads(dumps(sent))
+    assert received == sent
+    for got, want in zip(received.conversation.turns, conversation.turns):
+        assert [type(b) for b in got.blocks] == [type(b) for b in want.blocks]
+
+
+def test_a_conversation_travels_as_plain_data():
+    conversation = Conversation(turns=(Turn(role="user", blocks=(TextBlock(text="hi"),)),))
+    rebuild, (data,) = conversation.__reduce__()
+    assert data == {"turns": ({"role": "user", "blocks": ({"type": "text", "text": "hi"},)},), "tools": (),
+                    "tool_choice": "auto", "parallel_tool_calls": True}
+    assert rebuild(data) == conversation
