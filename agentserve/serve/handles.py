@@ -10,8 +10,9 @@ the replica, a handle takes the transport of the cluster it runs in, wherever th
 
 Calls and results travel as plain pickle, not Serve's default cloudpickle: every message between agentserve's
 deployments is an instance of an importable class (pydantic models, dataclasses), which is all cloudpickle adds, and
-its per-object Python hook cost the Ingress 2.8 ms against 1.6 ms to send a 300-turn agent conversation to the
-Preprocessor (docs/BENCHMARKS.md, "What a long prompt costs to carry").
+its per-object Python hook cost the Ingress 7.2 against 4.4 ms to send a 300-turn agent conversation to the
+Preprocessor (scripts/bench_request_pickle.py at git 3e5d9a2; docs/BENCHMARKS.md, "What a long prompt costs to
+carry").
 """
 
 from __future__ import annotations
