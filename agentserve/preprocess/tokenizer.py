@@ -3,9 +3,10 @@
 `AutoTokenizer` decides the tokenizer class from the checkpoint's config.json and tokenizer_config.json, and
 transformers 5 reads the model config through modules that import torch: 3+ s of CPU and ~300 MB in each Ingress
 and Preprocessor replica, spent while the Engine replica imports vLLM on the same cores. The class it decides on
-depends only on those two files and the transformers version, so it is decided once by `AutoTokenizer` itself and
-remembered on disk; later loads import that class alone and load the same files through it. A tokenizer with its
-own code (`auto_map`) always goes through `AutoTokenizer`.
+depends only on those two files, the path as given (a few hub ids are matched by name) and the transformers version,
+so it is decided once by `AutoTokenizer` itself and remembered on disk; later loads import that class alone and
+load the same files through it. A tokenizer with its own code (`auto_map`), and a model that is not a local
+checkpoint directory (a hub id), always go through `AutoTokenizer`.
 """
 
 from __future__ import annotations
@@ -43,18 +44,20 @@ class TokenizerClass:
         return getattr(importlib.import_module(self.module), self.name)
 
 
-def _has_own_code(model_path: Path) -> bool:
+def _rememberable(model_path: Path) -> bool:
+    """A local checkpoint whose tokenizer is transformers' own code (no `auto_map`)."""
     try:
         config = json.loads((model_path / "tokenizer_config.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(config, dict) and "auto_map" in config
+    return isinstance(config, dict) and "auto_map" not in config
 
 
 def _class_key(model_path: Path) -> str:
-    """Names what decides the class: the checkpoint's two deciding files and the transformers version (read from
-    the installed package's metadata: importing transformers costs most of a second)."""
+    """Names what decides the class: the path as given, the checkpoint's two deciding files and the transformers
+    version (read from the installed package's metadata: importing transformers costs most of a second)."""
     digest = hashlib.sha256(importlib.metadata.version("transformers").encode())
+    digest.update(b"\0" + str(model_path).encode())
     for name in _DECIDING_FILES:
         digest.update(b"\0" + name.encode() + b"\0")
         try:
@@ -97,7 +100,7 @@ def load_tokenizer_uncached(model_path: str | Path, cache_dir: Path | None = Non
     """The tokenizer `AutoTokenizer` gives for `model_path`, through the remembered class when there is one."""
     path = Path(model_path)
     cache_dir = cache_dir if cache_dir is not None else default_class_cache_dir()
-    if _has_own_code(path):
+    if not _rememberable(path):
         return _auto_tokenizer(path, cache_dir, None)
     key = _class_key(path)
     chosen = _remembered(cache_dir, key)
@@ -114,8 +117,8 @@ def remember_tokenizer_class(model_path: str | Path, cache_dir: Path | None = No
     `make serve` starts its light replicas without torch; costs nothing once remembered."""
     path = Path(model_path)
     cache_dir = cache_dir if cache_dir is not None else default_class_cache_dir()
-    if not _has_own_code(path) and _remembered(cache_dir, _class_key(path)) is None:
-        _auto_tokenizer(path, cache_dir, _class_key(path))
+    if _rememberable(path) and _remembered(cache_dir, key := _class_key(path)) is None:
+        _auto_tokenizer(path, cache_dir, key)
 
 
 @lru_cache(maxsize=4)

@@ -171,3 +171,15 @@ def auto_and_remembered(model_path, tmp_path_factory):
     cache = tmp_path_factory.mktemp("classes")
     remember_tokenizer_class(model_path, cache)
     return AutoTokenizer.from_pretrained(str(model_path)), load_tokenizer_uncached(model_path, cache)
+
+
+def test_only_local_checkpoints_are_remembered_and_each_path_apart(model_path, tmp_path):
+    cache = tmp_path / "classes"
+    remember_tokenizer_class("HuggingFaceTB/SmolLM2-135M-Instruct", cache)  # a hub id: AutoTokenizer's to resolve
+    assert not cache.exists() or not list(cache.glob("*.json"))
+    # The same files under two paths: two entries (AutoTokenizer matches a few hub ids by the path's name).
+    a = _variant(model_path, tmp_path / "a", tokenizer_class=_KEEP, model_type=None)
+    b = _variant(model_path, tmp_path / "b", tokenizer_class=_KEEP, model_type=None)
+    remember_tokenizer_class(a, cache)
+    remember_tokenizer_class(b, cache)
+    assert len(list(cache.glob("*.json"))) == 2
