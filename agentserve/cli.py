@@ -11,14 +11,14 @@ from pathlib import Path
 
 
 def _prepare_adapter(ns: argparse.Namespace) -> int:
-    from agentserve.prepare_adapter import prepare_adapter
+    from agentserve.prepare.adapter import prepare_adapter
 
     print(prepare_adapter(out_dir=Path(ns.out_dir) if ns.out_dir else None, force=ns.force))
     return 0
 
 
 def _prepare_model(ns: argparse.Namespace) -> int:
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
     from agentserve.preprocess.tokenizer import remember_tokenizer_class
 
     path = prepare_model(Path(ns.cache_dir) if ns.cache_dir else None, force=ns.force)
@@ -58,7 +58,7 @@ def _doctor(ns: argparse.Namespace) -> int:
             report[banned] = "INSTALLED (breaks transformers beside CPU torch)"
         except ImportError:
             pass
-    from agentserve.prepare_model import default_cache_dir, read_manifest
+    from agentserve.prepare.model import default_cache_dir, read_manifest
 
     report["model_checkpoint"] = str(default_cache_dir())
     report["model_ready"] = read_manifest(default_cache_dir()) is not None
@@ -69,7 +69,7 @@ def _doctor(ns: argparse.Namespace) -> int:
 def _doctor_trace(trace: str, model_path: str | None) -> int:
     from agentserve.doctor.trace import read_trace
     from agentserve.offline.doctor_replay import replay
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
     from agentserve.preprocess.tokenizer import load_tokenizer
 
     tok = load_tokenizer(model_path or str(prepare_model()))
@@ -91,7 +91,7 @@ def _doctor_trace(trace: str, model_path: str | None) -> int:
 
 def _codex_config(ns: argparse.Namespace) -> int:
     """Print (or write into a CODEX_HOME) a Codex config.toml and model catalog for the served models."""
-    from agentserve import codex_config
+    from agentserve.apis.codex import config as codex_config
 
     models = codex_config.models_from_serve_config(Path(ns.serve_config) if ns.serve_config else None)
     served = [name for m in models for name in m.served_names()]

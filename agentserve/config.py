@@ -85,7 +85,7 @@ class ModelSpec(_Strict):
     # Replay policy family (preprocess/replay.py); None: follows from the reasoning parser.
     replay_family: str | None = None
     profile: ModelProfile = ModelProfile()
-    # This model's engine; None: ServeArgs.engine (the single-model form). ServeArgs.catalog() fills it in.
+    # This model's engine; None: ServeArgs.engine. ServeArgs.resolve_catalog() fills it in.
     engine: "EngineSpec | None" = None
     # LoRA adapters of this model, each served under its own id; non-empty: the engine runs with LoRA enabled.
     adapters: tuple[LoraAdapterSpec, ...] = ()
@@ -102,7 +102,7 @@ class ModelSpec(_Strict):
     def resolve_path(self) -> Path:
         if self.path is not None:
             return Path(self.path).expanduser()
-        from agentserve.prepare_model import prepare_model
+        from agentserve.prepare.model import prepare_model
 
         return prepare_model()
 
@@ -326,7 +326,7 @@ class ServeArgs(_Strict):
         if self.models and self.model != ModelSpec():  # (a dumped catalog form carries the default `model`)
             raise ValueError("give either `model` (one model) or `models` (the catalog), not both")
         seen: dict[str, str] = {}
-        for m in self.catalog():
+        for m in self.resolve_catalog().models:
             for owner, names in ((m.id, m.names()), *((f"{m.id} adapter {a.id}", a.names()) for a in m.adapters)):
                 for name in names:
                     if name in seen:
@@ -346,21 +346,59 @@ class ServeArgs(_Strict):
             deployments[name] = m.id
         return self
 
-    def catalog(self) -> tuple[ModelSpec, ...]:
-        """Every served model, each with its `engine` filled in (the first is the default model)."""
+    def resolve_catalog(self) -> "ResolvedCatalog":
+        """The one place that knows the two config forms: every served model with its engine filled in and the
+        name of its Engine deployment (`Engine` in the single-model form, so serve configs' `deployments:`
+        overrides keep their name; `Engine-<slug of the id>` in the catalog form). The first is the default."""
         models = self.models or (self.model,)
-        return tuple(m if m.engine is not None else m.model_copy(update={"engine": self.engine}) for m in models)
-
-    def engine_deployment_name(self, model: ModelSpec) -> str:
-        """The Serve deployment of this model's engine: `Engine` in the single-model form (so serve configs'
-        `deployments:` overrides keep their name), `Engine-<slug of the id>` in the catalog form."""
-        return f"Engine-{engine_deployment_slug(model.id)}" if self.models else "Engine"
+        filled = tuple(m if m.engine is not None else m.model_copy(update={"engine": self.engine}) for m in models)
+        names = tuple(f"Engine-{engine_deployment_slug(m.id)}" for m in filled) if self.models else ("Engine",)
+        return ResolvedCatalog(models=filled, engine_deployments=names)
 
     @classmethod
     def from_any(cls, args: "ServeArgs | dict[str, Any] | None") -> "ServeArgs":
         if isinstance(args, ServeArgs):
             return args
         return cls.model_validate(args or {})
+
+
+class ResolvedCatalog(_Strict):
+    """Every served model, each with its engine and its Engine deployment's name: what `build_app` hands every
+    deployment, so nothing past it knows whether the config said `model:` or `models:`."""
+
+    models: tuple[ModelSpec, ...]
+    engine_deployments: tuple[str, ...]  # one per model, in the same order
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ResolvedCatalog":
+        if not self.models or len(self.models) != len(self.engine_deployments):
+            raise ValueError("a resolved catalog has at least one model and one engine deployment per model")
+        if any(m.engine is None for m in self.models):
+            raise ValueError("a resolved catalog's models each carry their engine (ServeArgs.resolve_catalog)")
+        return self
+
+    @property
+    def default(self) -> ModelSpec:
+        """The model a request that names none gets: the first."""
+        return self.models[0]
+
+    def model(self, model_id: str) -> ModelSpec:
+        for m in self.models:
+            if m.id == model_id:
+                return m
+        raise KeyError(f"model {model_id!r} is not in the catalog")
+
+    def engine(self, model_id: str) -> EngineSpec:
+        engine = self.model(model_id).engine
+        assert engine is not None  # the validator checks it
+        return engine
+
+    def deployment_name(self, model_id: str) -> str:
+        return self.engine_deployments[[m.id for m in self.models].index(model_id)]
+
+    @classmethod
+    def from_any(cls, catalog: "ResolvedCatalog | dict[str, Any]") -> "ResolvedCatalog":
+        return catalog if isinstance(catalog, ResolvedCatalog) else cls.model_validate(catalog)
 
 
 ModelSpec.model_rebuild()

@@ -97,7 +97,7 @@ async def one(engine, pre, max_tokens: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     first = last = None
     n = 0
-    async for out in engine._llm.generate(TokensPrompt(prompt_token_ids=request.token_ids), params, uuid.uuid4().hex):
+    async for out in engine._llm.generate(TokensPrompt(prompt_token_ids=request.engine.token_ids), params, uuid.uuid4().hex):
         got = len(out.outputs[0].token_ids)
         if got:
             now = time.perf_counter()
@@ -117,7 +117,7 @@ async def run(rounds: int, max_tokens: int) -> dict[str, Any]:
     model_path = args.model.resolve_path()
     spec = args.engine.model_copy(update={"kv_events": False})
     engine = VllmEngine(spec, model_path, context_window=args.model.context_window,
-                        reasoning_markers=reasoning_markers(args))
+                        reasoning_markers=reasoning_markers(args.resolve_catalog().default))
     pre = Preprocessor(args.model, str(model_path), spec.block_size)
     await engine.start()
     samples: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}

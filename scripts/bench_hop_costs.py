@@ -39,7 +39,7 @@ HOPS = ("noop_router_call", "preprocess", "route", "engine_first_chunk", "engine
 async def measure(rounds: int, warmup: int = 20) -> dict[str, list[float]]:
     from ray import serve
 
-    model = ServeArgs.from_any(ARGS).catalog()[0].id
+    model = ServeArgs.from_any(ARGS).resolve_catalog().models[0].id
     preprocessor = serve.get_deployment_handle("Preprocessor", APP)
     router = serve.get_deployment_handle("Router", APP)
     engine = serve.get_deployment_handle("Engine", APP).options(stream=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agentserve.config import ModelSpec
 from agentserve.doctor import SessionTracker
-from agentserve.prepare_model import prepare_model
+from agentserve.prepare.model import prepare_model
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import Conversation, TextBlock, ToolCallBlock, ToolResultBlock, ToolSpec, Turn
 

@@ -133,7 +133,7 @@ def main() -> None:
     from ray import serve
 
     from agentserve.preprocess.tokenizer import load_tokenizer
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
     from agentserve.serve.app import build_app
 
     tokenizer = load_tokenizer(str(prepare_model()))

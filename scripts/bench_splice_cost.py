@@ -54,7 +54,7 @@ def conversation(n: int, kept, pre) -> Any:
         turn = Turn(role="assistant", blocks=(
             ReasoningBlock(text=reasoning),
             ToolCallBlock(id=f"c{i}", name="run", arguments=json.dumps({"cmd": f"pytest -k case{i}"}))))
-        kept.put(key_after(p.replay_prefix, turn), p.token_ids, ids).result()
+        kept.put(key_after(p.report.replay_prefix, turn), p.engine.token_ids, ids).result()
         turns += [turn, Turn(role="tool", blocks=(ToolResultBlock(tool_call_id=f"c{i}", content="1 failed " * 20),))]
     return GenerationRequest(request_id="r", model="m", conversation=Conversation(turns=tuple(turns), tools=tools))
 
@@ -107,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from agentserve.config import ModelSpec
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
     from agentserve.preprocess.preprocessor import Preprocessor
     from agentserve.state.backend import StoreBounds
     from agentserve.state.kept_turns import KeptTurnStore
@@ -129,8 +129,8 @@ def main() -> None:
             "on_warm": timed(lambda: warm.preprocess(req, "s"), args.samples),
         }
         last = warm.preprocess(req, "s")
-        row["prompt_tokens"] = len(last.token_ids)
-        row["outcomes"] = dict(last.replay_outcomes)
+        row["prompt_tokens"] = len(last.engine.token_ids)
+        row["outcomes"] = dict(last.report.replay_outcomes)
         for cond, xs in samples.items():
             row[cond] = {"p50_s": pct(xs, 0.5), "p90_s": pct(xs, 0.9), "samples_s": xs}
         row["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -143,7 +143,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
     from agentserve.preprocess.tokenizer import load_tokenizer
     from agentserve.serve import ray_env
     from agentserve.serve.app import build_app

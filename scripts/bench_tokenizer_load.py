@@ -46,7 +46,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def main() -> None:
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
     from agentserve.preprocess.tokenizer import remember_tokenizer_class
 
     ap = argparse.ArgumentParser()

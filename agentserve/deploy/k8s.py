@@ -187,8 +187,8 @@ def serve_config(v: K8sValues, base: dict[str, Any] | None = None) -> dict[str, 
         engine = deployments.pop("Engine", None) or {"name": "Engine"}
         served = ServeArgs.from_any(args)  # refuses a bad catalog here (duplicate names), not at deploy time
         names = []
-        for m, spec in zip(v.models, served.catalog(), strict=True):
-            name = served.engine_deployment_name(spec)  # Engine-<slug>, as build_app names it
+        resolved = served.resolve_catalog()
+        for m, name in zip(v.models, resolved.engine_deployments, strict=True):  # Engine-<slug>, as build_app names it
             d = {**copy.deepcopy(engine), "name": name}
             deployments[name] = _engine_deployment(d, m.engine, catalog_engine_bundles(v, m), v.drain_timeout_s)
             names.append(name)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Protocol
 
-from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
-from agentserve.protocol import EngineDelta, PreprocessedRequest
+from agentserve.config import EngineSpec, LoraAdapterSpec, ModelSpec
+from agentserve.protocol import EngineDelta, EngineRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ class EngineStats:
 class Engine(Protocol):
     async def start(self) -> None: ...
 
-    def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
         """Stream deltas; closing the iterator early aborts the request in the engine."""
         ...
 
@@ -48,7 +48,7 @@ def already_loaded(known: LoraAdapterSpec, adapter: LoraAdapterSpec) -> bool:
     return False
 
 
-def unknown_adapter(request: PreprocessedRequest, loaded: tuple[str, ...]) -> EngineDelta:
+def unknown_adapter(request: EngineRequest, loaded: tuple[str, ...]) -> EngineDelta:
     """The reply to a request naming an adapter this engine does not hold: an error, never a hang."""
     return EngineDelta(
         token_ids=[], finish_reason="error", prompt_tokens=request.prompt_tokens, num_cached_tokens=0,
@@ -56,9 +56,8 @@ def unknown_adapter(request: PreprocessedRequest, loaded: tuple[str, ...]) -> En
     )
 
 
-def make_engine(args: ServeArgs, model: ModelSpec, model_path: Path) -> Engine:
-    """The engine of one catalog model (`model.engine`, filled in by ServeArgs.catalog(); else args.engine)."""
-    spec = model.engine or args.engine
+def make_engine(spec: EngineSpec, model: ModelSpec, model_path: Path) -> Engine:
+    """The engine of one catalog model (`spec`: its engine, as the resolved catalog gives it)."""
     markers = reasoning_markers(model)
     if spec.kind == "scripted":
         from agentserve.engines.scripted import ScriptedEngine
@@ -72,11 +71,8 @@ def make_engine(args: ServeArgs, model: ModelSpec, model_path: Path) -> Engine:
     )
 
 
-def reasoning_markers(model: ModelSpec | ServeArgs) -> tuple[str, str] | None:
-    """(start, end) of the model's reasoning block, which a thinking budget counts and ends; None: no reasoning.
-    Given ServeArgs: its default model's."""
-    if isinstance(model, ServeArgs):
-        model = model.catalog()[0]
+def reasoning_markers(model: ModelSpec) -> tuple[str, str] | None:
+    """(start, end) of the model's reasoning block, which a thinking budget counts and ends; None: no reasoning."""
     if model.reasoning_parser is None:
         return None
     from agentserve.preprocess.replay import policy_for

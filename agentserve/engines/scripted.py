@@ -19,9 +19,10 @@ from typing import Any, AsyncIterator, Callable, Sequence
 from agentserve.config import EngineSpec, LoraAdapterSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
 from agentserve.engines.scripted_cache import PrefixCache
+from agentserve.kv_events.block_hash import block_hashes
 from agentserve.kv_events.publisher import KvEventPublisher
 from agentserve.preprocess.tokenizer import load_tokenizer
-from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
+from agentserve.protocol import EngineDelta, EngineRequest, TokenLogprob
 
 
 def load_rules(spec: EngineSpec) -> tuple[ScriptRule, ...]:
@@ -223,7 +224,7 @@ class ScriptedEngine:
             lo, hi = (lo, mid) if hit(mid) else (mid + 1, hi)
         return lo
 
-    async def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
         self._active += 1
         self._started += 1
         finished = False
@@ -254,7 +255,8 @@ class ScriptedEngine:
                 ids = ids[: stop_at + 1]  # the stop string ends the turn: nothing after it is generated
             limit = request.max_tokens
             out = ids[:limit]
-            kv = self._cache.admit(request.token_ids, request.block_hashes, out, lora)
+            hashes = block_hashes(request.token_ids, self._cache.block_size, request.adapter)
+            kv = self._cache.admit(request.token_ids, hashes, out, lora)
             cached = kv.cached_tokens
             prefill_ms = (request.prompt_tokens - cached) * self._cache_spec.prefill_ms_per_token
             if prefill_ms > 0:

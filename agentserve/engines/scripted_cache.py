@@ -23,7 +23,7 @@ from collections import OrderedDict
 from typing import Callable, Sequence
 
 from agentserve.kv_events.format import BlockRemoved, BlockStored, KvEvent
-from agentserve.preprocess.block_hash import chain_digests, digest_value, root
+from agentserve.kv_events.block_hash import chain_digests, digest_value, root
 
 Publish = Callable[[list[KvEvent]], None]
 

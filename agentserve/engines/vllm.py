@@ -5,7 +5,7 @@ drives `vllm` on GPUs (tensor parallel inside the replica's placement group) and
 
 LoRA adapters (vLLM's LoRA support, which runs on the CPU backend too): the model's declared adapters are loaded
 with `add_lora` at start, so a bad adapter fails the replica's start-up with vLLM's reason; `load_adapter` adds one
-at run time. A request names its adapter by id (`PreprocessedRequest.adapter`); only adapters loaded here are ever
+at run time. A request names its adapter by id (`EngineRequest.adapter`); only adapters loaded here are ever
 passed to vLLM, as a request with an adapter vLLM cannot load kills its engine core.
 """
 
@@ -21,7 +21,7 @@ from agentserve.config import EngineSpec, LoraAdapterSpec
 from agentserve.ports import free_port
 from agentserve.engines import process_guard
 from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
-from agentserve.protocol import EngineDelta, PreprocessedRequest, TokenLogprob
+from agentserve.protocol import EngineDelta, EngineRequest, TokenLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ class VllmEngine:
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted)
 
-    def _sampling(self, request: PreprocessedRequest):
+    def _sampling(self, request: EngineRequest):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
@@ -232,7 +232,7 @@ class VllmEngine:
             ),
         )
 
-    async def generate(self, request: PreprocessedRequest) -> AsyncIterator[EngineDelta]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
         from vllm.inputs import TokensPrompt
 
         assert self._llm is not None, "engine not started"
@@ -254,7 +254,7 @@ class VllmEngine:
                 request.request_id,
                 lora_request=lora,
                 # vLLM runs lower values first; the `priority` hint says higher is more important.
-                **({"priority": -request.hints.priority} if self._priority else {}),
+                **({"priority": -request.priority} if self._priority else {}),
             )
             async for out in stream:
                 completion = out.outputs[0]

@@ -28,7 +28,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from agentserve.protocol import AgentHints, PreprocessedRequest, SamplingParams
+from agentserve.protocol import AgentHints, RouteRequest
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import KvRouter, Mode, RouterConfig
@@ -306,14 +306,14 @@ class Ours(_Base):
             self._names = [f"r{i}" for i in range(len(replicas))]
             for n in self._names:
                 self._r.register(n, events=True)
-        pre = PreprocessedRequest.model_construct(
+        pre = RouteRequest.model_construct(
             request_id=str(req.rid),
             model="m",
-            token_ids=range(req.prompt_tokens),
             block_hashes=req.blocks,
-            sampling=SamplingParams(),
+            prompt_tokens=req.prompt_tokens,
             hints=AgentHints(session_id=str(req.session.sid)),
             max_tokens=4096,
+            session_key="",
         )
         d = self._r.try_route(pre)
         assert d is not None and d.replica_id is not None

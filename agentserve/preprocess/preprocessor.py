@@ -1,4 +1,4 @@
-"""Preprocessor: GenerationRequest -> PreprocessedRequest (render, tokenize, hash blocks)."""
+"""Preprocessor: GenerationRequest -> Preprocessed (render, tokenize, hash blocks), split by consumer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentserve.config import ModelSpec
-from agentserve.preprocess.block_hash import block_hashes
+from agentserve.kv_events.block_hash import block_hashes
 from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
 from agentserve.preprocess.constrain import check as check_constraint
 from agentserve.preprocess.literal_text import LiteralGuard
@@ -23,9 +23,12 @@ from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.preprocess.turn_digest import chain, header_digest, kept_key
 from agentserve.protocol import (
     Conversation,
+    EngineRequest,
     GenerationRequest,
-    PreprocessedRequest,
+    Preprocessed,
+    PromptReport,
     ReasoningBlock,
+    RouteRequest,
     SamplingParams,
     TextBlock,
     ToolResultBlock,
@@ -90,8 +93,10 @@ class Preprocessor:
         sort_tools: bool = False,
         kept: KeptTurnStore | None = None,  # kept turns to splice back (None: every turn is re-rendered)
         clamp_max_tokens: bool = True,  # max_tokens past the window: cut to what is left (False: refuse)
+        scripted: bool = False,  # the engine is the scripted test double: requests carry the text its rules match
     ) -> None:
         self._model = model
+        self._scripted = scripted
         self._clamp = clamp_max_tokens
         self._kept = kept
         self._spans = SpanMemo()  # where earlier turns sit in their renderings, so each is rendered once
@@ -225,7 +230,7 @@ class Preprocessor:
                 return False
         return True
 
-    def preprocess(self, request: GenerationRequest, scope: str = "", adapter: str | None = None) -> PreprocessedRequest:
+    def preprocess(self, request: GenerationRequest, scope: str = "", adapter: str | None = None) -> Preprocessed:
         """`scope` is the caller's identity: kept turns are never shared across callers. `adapter`: the LoRA
         adapter id that serves the request (None: the base model); it seeds the block hashes."""
         keys = self.replay_keys(request, scope, adapter) if self._kept is not None else None
@@ -249,26 +254,38 @@ class Preprocessor:
         max_tokens = window - n if requested is None or clamped else requested
         opener = self._policy.think_open.strip()
         reasoning_started = bool(opener) and prompt.text.rstrip().endswith(opener)
-        return PreprocessedRequest(
+        session = session_key(request)
+        engine = EngineRequest(
             request_id=request.request_id,
             model=self._model.id,
             token_ids=prompt.token_ids,
-            block_hashes=block_hashes(prompt.token_ids, self._block_size, adapter),
             adapter=adapter,
             sampling=self._with_thinking_budget(request, thinking),
-            hints=request.hints,
             max_tokens=max_tokens,
-            requested_max_tokens=requested if clamped else None,
+            priority=request.hints.priority,
             reasoning_started=reasoning_started,
             structural_tag=self._structural_tag(request, reasoning_started),
-            match_text=request.conversation.last_user_text(),
-            session_key=session_key(request),
+            match_text=request.conversation.last_user_text() if self._scripted else "",
+        )
+        route = RouteRequest(
+            request_id=request.request_id,
+            model=self._model.id,
+            block_hashes=block_hashes(prompt.token_ids, self._block_size, adapter),
+            prompt_tokens=n,
+            max_tokens=max_tokens,
+            hints=request.hints,
+            session_key=session,
+        )
+        report = PromptReport(
+            requested_max_tokens=requested if clamped else None,
             parse_reasoning=request.thinking is not False,
+            session_key=session,
             replay_reordered=prompt.reordered_turns,
             replay_prefix=keys.prefix if keys is not None else "",
             replay_outcomes=tuple(sorted(prompt.spliced.outcomes.items())) if prompt.spliced else (),
             replay_last_rerendered=prompt.spliced.last_rerendered if prompt.spliced else _has_assistant(request),
         )
+        return Preprocessed(engine=engine, route=route, report=report)
 
     def _with_thinking_budget(self, request: GenerationRequest, thinking: bool | None) -> SamplingParams:
         """The engine's thinking budget: the client's, else the model's for the effort asked; 0 with thinking off

@@ -108,5 +108,5 @@ def kept_key(digest: bytes) -> str:
 
 
 def key_after(prefix: str, turn: Turn) -> str:
-    """The key of `turn` generated after the conversation whose digest is `prefix` (PreprocessedRequest.replay_prefix)."""
+    """The key of `turn` generated after the conversation whose digest is `prefix` (PromptReport.replay_prefix)."""
     return kept_key(next_digest(bytes.fromhex(prefix), turn))

@@ -87,38 +87,23 @@ class GenerationRequest(BaseModel):
     reasoning_effort: ReasoningEffort | None = None
 
 
-class PreprocessedRequest(BaseModel):
-    """A rendered, tokenized prompt ready for routing and the engine."""
+class EngineRequest(BaseModel):
+    """What an engine replica needs to run one request, and nothing else: this is all that crosses to it."""
 
     model_config = ConfigDict(frozen=True)
 
     request_id: str
     model: str
     token_ids: list[int]
-    # Chained hashes of full prefix blocks, engine block size; seeded by `adapter`, as vLLM keys its blocks by the
-    # LoRA, so a prefix cached under one adapter is never a hit for another.
-    block_hashes: list[int]
     sampling: SamplingParams
-    adapter: str | None = None  # the LoRA adapter id that serves this request; None: the base model
-    hints: AgentHints = AgentHints()
     max_tokens: int  # resolved against the context window
-    # What the client asked for when that was more than the window leaves (max_tokens is then clamped to it).
-    requested_max_tokens: int | None = None
-    reasoning_started: bool = False  # the prompt already opened a reasoning block
-    # Last user / tool-result text: what a deterministic (scripted) engine matches on.
-    match_text: str = ""
-    # Identifies the conversation across turns (client session id, else a hash of its first user turn).
-    session_key: str = ""
-    parse_reasoning: bool = True  # False when the client turned thinking off
+    adapter: str | None = None  # the LoRA adapter id that serves this request; None: the base model
+    priority: int = 0  # the (authorized) priority hint: higher is scheduled first where the engine can
+    reasoning_started: bool = False  # the prompt already opened a reasoning block (a thinking budget counts from it)
     # xgrammar structural tag (JSON) the output must match: tool choice, strict tools, output format; None: free.
     structural_tag: str | None = None
-    replay_reordered: int = 0  # assistant turns whose reasoning order the template could not keep
-    # Token-exact replay (preprocess/splice.py): the conversation's digest, under which the ingress keeps the turn
-    # this request generates; how each earlier assistant turn was replayed (outcome, count); whether the last one
-    # was re-rendered by the template rather than placed as generated.
-    replay_prefix: str = ""
-    replay_outcomes: tuple[tuple[str, int], ...] = ()
-    replay_last_rerendered: bool = False
+    # Last user / tool-result text, set only for the scripted test double (what its rules match on).
+    match_text: str = ""
 
     @property
     def prompt_tokens(self) -> int:
@@ -138,16 +123,39 @@ class PreprocessedRequest(BaseModel):
             state = {**state, "__dict__": {**fields, "token_ids": fields["token_ids"].tolist()}}
         super().__setstate__(state)
 
-    def route_request(self) -> "RouteRequest":
-        return RouteRequest(
-            request_id=self.request_id,
-            model=self.model,
-            block_hashes=self.block_hashes,
-            prompt_tokens=len(self.token_ids),
-            max_tokens=self.max_tokens,
-            hints=self.hints,
-            session_key=self.session_key,
-        )
+
+class PromptReport(BaseModel):
+    """What the Preprocessor tells the ingress about the prompt it made; it never leaves the ingress."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # What the client asked for when that was more than the window leaves (EngineRequest.max_tokens is then
+    # clamped to what is left).
+    requested_max_tokens: int | None = None
+    parse_reasoning: bool = True  # False when the client turned thinking off
+    # Identifies the conversation across turns (client session id, else a hash of its first user turn).
+    session_key: str = ""
+    replay_reordered: int = 0  # assistant turns whose reasoning order the template could not keep
+    # Token-exact replay (preprocess/splice.py): the conversation's digest, under which the ingress keeps the turn
+    # this request generates; how each earlier assistant turn was replayed (outcome, count); whether the last one
+    # was re-rendered by the template rather than placed as generated.
+    replay_prefix: str = ""
+    replay_outcomes: tuple[tuple[str, int], ...] = ()
+    replay_last_rerendered: bool = False
+
+
+class Preprocessed(BaseModel):
+    """The Preprocessor's answer, split by consumer: the engine's request, the router's, the ingress's report."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: EngineRequest
+    route: "RouteRequest"
+    report: PromptReport = PromptReport()
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.engine.prompt_tokens
 
 
 class RouteRequest(BaseModel):
@@ -162,6 +170,9 @@ class RouteRequest(BaseModel):
     max_tokens: int
     hints: AgentHints = AgentHints()
     session_key: str = ""
+
+
+Preprocessed.model_rebuild()
 
 
 class RouteDecision(BaseModel):

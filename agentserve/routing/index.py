@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentserve.kv_events.format import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
-from agentserve.preprocess.block_hash import chain_digests, digest_value, root
+from agentserve.kv_events.block_hash import chain_digests, digest_value, root
 
 
 class PrefixIndex:

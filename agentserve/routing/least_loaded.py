@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from agentserve.protocol import PreprocessedRequest, RouteDecision
+from agentserve.protocol import RouteDecision, RouteRequest
 
 
 @dataclass
@@ -43,7 +43,7 @@ class LeastLoadedPolicy:
         for rid in [rid for rid, r in self._replicas.items() if now - r.last_seen > self._expire]:
             del self._replicas[rid]
 
-    def route(self, request: PreprocessedRequest) -> RouteDecision:
+    def route(self, request: RouteRequest) -> RouteDecision:
         self._expire_stale()
         if not self._replicas:
             return RouteDecision(replica_id=None, reason="no_replica")

@@ -7,7 +7,7 @@ from typing import Any
 from ray.serve import Application
 
 from agentserve.config import ServeArgs
-from agentserve.serve.auth import keys_from_env
+from agentserve.ingress.middleware.auth import keys_from_env
 from agentserve.serve.deployments.engine import EngineReplica
 from agentserve.serve.deployments.ingress import Ingress
 from agentserve.serve.deployments.preprocessor import PreprocessorReplica
@@ -24,13 +24,15 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     if env_keys:
         parsed = parsed.model_copy(update={"api_keys": tuple(dict.fromkeys((*parsed.api_keys, *env_keys)))})
     config = parsed.model_dump(mode="json")
-    router = RouterReplica.bind(config)
+    resolved = parsed.resolve_catalog()  # past this line nothing knows the config's form (`model:` or `models:`)
+    catalog = resolved.model_dump(mode="json")
+    router = RouterReplica.bind(config, catalog)
     engines = {}
-    for model in parsed.catalog():
-        assert model.engine is not None  # catalog() fills it in
-        options: dict[str, Any] = {"name": parsed.engine_deployment_name(model)}
-        if model.engine.num_replicas is not None:  # serve config `deployments` still override this
-            options["num_replicas"] = model.engine.num_replicas
-        engines[model.id] = EngineReplica.options(**options).bind(config, router, model.id)
-    preprocessor = PreprocessorReplica.bind(config)
-    return Ingress.bind(config, preprocessor, router, engines)
+    for model, name in zip(resolved.models, resolved.engine_deployments, strict=True):
+        engine = resolved.engine(model.id)
+        options: dict[str, Any] = {"name": name}
+        if engine.num_replicas is not None:  # serve config `deployments` still override this
+            options["num_replicas"] = engine.num_replicas
+        engines[model.id] = EngineReplica.options(**options).bind(config, catalog, router, model.id)
+    preprocessor = PreprocessorReplica.bind(config, catalog)
+    return Ingress.bind(config, catalog, preprocessor, router, engines)

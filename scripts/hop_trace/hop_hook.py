@@ -50,7 +50,7 @@ def setup():
 
     # request milestones (patch lazily when modules import)
     try:
-        import agentserve.serve.lifecycle as L
+        import agentserve.ingress.lifecycle as L
         oadmit = L.RequestLifecycle.admit
         async def admit(self):
             rec("admit_start", id=self.id)

@@ -7,7 +7,7 @@ from typing import Any, AsyncIterator, Iterable
 
 import orjson
 
-from agentserve.logprobs import openai_logprobs
+from agentserve.apis.openai_logprobs import openai_logprobs
 
 from agentserve.protocol.events import (
     Finish,

@@ -17,7 +17,7 @@ import orjson
 from agentserve.apis.responses.decode import LOCAL_SHELL, ToolKind, custom_tool_input
 from agentserve.apis.responses.schema import ResponsesRequest
 from agentserve.apis.responses.sealing import SealedReasoning, Sealer
-from agentserve.logprobs import openai_logprobs
+from agentserve.apis.openai_logprobs import openai_logprobs
 from agentserve.protocol.events import (
     Finish,
     ReasoningDelta,

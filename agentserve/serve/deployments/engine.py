@@ -1,7 +1,6 @@
 """Engine replica deployment: one engine per replica, tokens streamed back in one Ray hop.
 
-Each catalog model has its own Engine deployment (ServeArgs.engine_deployment_name: `Engine` in the single-model
-form, `Engine-<slug>` in the catalog form), with its own replicas and autoscaling; a replica serves one model
+Each catalog model has its own Engine deployment (named by ServeArgs.resolve_catalog), with its own replicas and autoscaling; a replica serves one model
 (with its LoRA adapters) and registers under that model with the router."""
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
 
 from agentserve import metrics
-from agentserve.config import LoraAdapterSpec, ServeArgs
+from agentserve.config import LoraAdapterSpec, ResolvedCatalog, ServeArgs
 from agentserve.engines import make_engine
-from agentserve.protocol import EngineDelta, PreprocessedRequest, RouteDecision
+from agentserve.protocol import EngineDelta, EngineRequest, RouteDecision
 from agentserve.serve.autoscaling import PrefillTracker
 from agentserve.serve.handles import on_this_process
 from agentserve.serve.ray_metrics import start_export
@@ -99,18 +98,15 @@ def merge(deltas: list[EngineDelta]) -> EngineDelta:
     graceful_shutdown_timeout_s=30,
 )
 class EngineReplica:
-    async def __init__(self, args: dict[str, Any], router: DeploymentHandle, model_id: str | None = None) -> None:
+    async def __init__(
+        self, args: dict[str, Any], catalog: dict[str, Any], router: DeploymentHandle, model_id: str
+    ) -> None:
         self._args = ServeArgs.from_any(args)
-        # The catalog model this deployment serves (None: the first, i.e. the single-model form's `model`).
-        catalog = self._args.catalog()
-        self._model = next((m for m in catalog if m.id == model_id), None) if model_id else catalog[0]
-        if self._model is None:
-            raise ValueError(f"model {model_id!r} is not in the catalog")
-        assert self._model.engine is not None  # catalog() fills it in
-        self._spec = self._model.engine
+        self._model = ResolvedCatalog.from_any(catalog).model(model_id)  # the catalog model this deployment serves
+        self._spec = ResolvedCatalog.from_any(catalog).engine(model_id)
         self._prefill = PrefillTracker()  # autoscaling signal (record_autoscaling_stats) and metrics
         start_export()
-        self._engine = make_engine(self._args, self._model, self._model.resolve_path())
+        self._engine = make_engine(self._spec, self._model, self._model.resolve_path())
         await self._engine.start()
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._router = on_this_process(router)
@@ -171,7 +167,7 @@ class EngineReplica:
                 logger.warning("router heartbeat failed", exc_info=True)
 
     async def generate(
-        self, request: PreprocessedRequest, route: RouteDecision | None = None
+        self, request: EngineRequest, route: RouteDecision | None = None
     ) -> AsyncIterator[EngineDelta]:
         queue: asyncio.Queue[EngineDelta | None] = asyncio.Queue()
 
@@ -222,13 +218,13 @@ class EngineReplica:
             self._finished(request)
 
     # -- load signals: Prometheus (through Ray) and Serve's autoscaler ---------------------------------------
-    def _admitted(self, request: PreprocessedRequest, route: RouteDecision | None) -> None:
+    def _admitted(self, request: EngineRequest, route: RouteDecision | None) -> None:
         self._signals.started(request.request_id)
         expected_cached = route.overlap_blocks * self._spec.block_size if route else 0
         self._prefill.admitted(request.request_id, len(request.token_ids) - expected_cached)
         self._set_load_gauges(request.model)
 
-    def _first_token(self, request: PreprocessedRequest, delta: EngineDelta, ttft_s: float) -> None:
+    def _first_token(self, request: EngineRequest, delta: EngineDelta, ttft_s: float) -> None:
         self._signals.first_token(request.request_id)
         self._prefill.first_token(request.request_id, ttft_s)
         metrics.ENGINE_TTFT.labels(request.model).observe(ttft_s)
@@ -236,7 +232,7 @@ class EngineReplica:
         metrics.ENGINE_CACHED_TOKENS.labels(request.model).inc(delta.num_cached_tokens or 0)
         self._set_load_gauges(request.model)
 
-    def _finished(self, request: PreprocessedRequest) -> None:
+    def _finished(self, request: EngineRequest) -> None:
         self._signals.finished(request.request_id)
         self._prefill.finished(request.request_id)
         self._set_load_gauges(request.model)

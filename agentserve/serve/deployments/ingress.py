@@ -11,39 +11,42 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ray import serve
-from ray.exceptions import TaskCancelledError
+from ray.exceptions import RayActorError, TaskCancelledError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentserve import metrics
-from agentserve.apis import anthropic, chat_completions, codex_models, responses
+from agentserve.apis import anthropic, chat_completions, responses
+from agentserve.apis.codex import models as codex_models
 from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.models import Catalog
 from agentserve.apis.responses.store import ResponseStore
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest, detokenize_body, tokenize_body
-from agentserve.config import ServeArgs
-from agentserve.detokenize import special_tokens
+from agentserve.config import ResolvedCatalog, ServeArgs
+from agentserve.doctor import PrefixDoctor
+from agentserve.ingress.output.detokenize import special_tokens
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol.errors import RequestError
-from agentserve.serve import openapi
-from agentserve.serve import auth, limits
-from agentserve.serve.auth import AuthMiddleware
-from agentserve.serve.context import IngressContext
-from agentserve.serve.errors import error_response
-from agentserve.serve.handlers.admin_adapters import AdapterAdmin
-from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
-from agentserve.serve.handlers.chat_completions import ChatCompletionsHandler
-from agentserve.serve.handlers.responses import ResponsesHandler
-from agentserve.serve.handlers.responses_socket import ResponsesSocket
-from agentserve.serve.faults import ErrorBoundaryMiddleware
+from agentserve.ingress import openapi
+from agentserve.ingress.middleware import auth
+from agentserve.ingress.middleware import limits
+from agentserve.ingress.middleware.auth import AuthMiddleware
+from agentserve.ingress.context import IngressContext
+from agentserve.ingress.errors import error_response
+from agentserve.ingress.handlers.admin_adapters import AdapterAdmin
+from agentserve.ingress.handlers.anthropic_messages import AnthropicMessagesHandler
+from agentserve.ingress.handlers.chat_completions import ChatCompletionsHandler
+from agentserve.ingress.handlers.responses import ResponsesHandler
+from agentserve.ingress.handlers.responses_socket import ResponsesSocket
+from agentserve.ingress.middleware.faults import ErrorBoundaryMiddleware
 from agentserve.serve.handles import on_this_process
-from agentserve.serve.http import describe_validation, parse_body
-from agentserve.serve.limits import KeyLimitsMiddleware
-from agentserve.serve.lifecycle import RequestPath
+from agentserve.ingress.http import describe_validation, parse_body
+from agentserve.ingress.middleware.limits import KeyLimitsMiddleware
+from agentserve.ingress.lifecycle import RequestPath
+from agentserve.ingress.observers.setup import observers_from
 from agentserve.serve.ray_metrics import start_export
-from agentserve.serve.request_id import RequestIdMiddleware
+from agentserve.ingress.middleware.request_id import RequestIdMiddleware
 from agentserve.state import open_backend
-from agentserve.state.kept_turns import open_kept_turns
 
 logger = logging.getLogger("ray.serve")
 
@@ -107,37 +110,42 @@ class Ingress:
     def __init__(
         self,
         args: dict[str, Any],
+        catalog: dict[str, Any],
         preprocessor: DeploymentHandle,
         router: DeploymentHandle,
-        engine: DeploymentHandle | dict[str, DeploymentHandle],  # per catalog model id (one: the single form)
+        engines: dict[str, DeploymentHandle],  # per catalog model id
     ) -> None:
         config = ServeArgs.from_any(args)
+        resolved = ResolvedCatalog.from_any(catalog)
         preprocessor, router = on_this_process(preprocessor), on_this_process(router)
-        engine = (
-            {m: on_this_process(h) for m, h in engine.items()} if isinstance(engine, dict) else on_this_process(engine)
-        )
+        engines = {m: on_this_process(h) for m, h in engines.items()}
         auth.configure(config.api_keys)
         limits.configure(config.limits, config.state)
         start_export()  # /metrics shows this replica; Ray's metrics agent gets every replica
-        catalog = Catalog(config.catalog())
+        catalog_names = Catalog(resolved.models)
         # One tokenizer per checkpoint (models that share weights share it), read once at start.
         by_path: dict[str, Any] = {}
         tokenizers: dict[str, Any] = {}
-        for m in catalog.models:
+        for m in resolved.models:
             path = str(m.resolve_path())
             if path not in by_path:
                 by_path[path] = load_tokenizer(path)
             tokenizers[m.id] = by_path[path]
             # The tokenizer's special tokens, read once; the log names those the configured parsers get to see.
             special_tokens(tokenizers[m.id]).kept(m.reasoning_parser, m.tool_call_parser)
-        tokenizer = tokenizers[catalog.default.id]
+        doctor = PrefixDoctor.from_args(config, tokenizers[resolved.default.id])
         self._ctx = IngressContext(
             args=config,
-            catalog=catalog,
-            tokenizer=tokenizer,
+            catalog=catalog_names,
             path=RequestPath(
-                config, preprocessor=preprocessor, router=router, engine=engine, tokenizer=tokenizer,
-                kept=open_kept_turns(config.kept_turns, config.state), tokenizers=tokenizers,
+                config,
+                preprocessor=preprocessor,
+                router=router,
+                engines=engines,
+                tokenizers=tokenizers,
+                doctor=doctor,
+                observers=observers_from(config, resolved, doctor),
+                engine_died=lambda exc: isinstance(exc, RayActorError),
             ),
             preprocessor=preprocessor,
         )

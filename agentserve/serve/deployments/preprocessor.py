@@ -11,9 +11,9 @@ from typing import Any
 
 from ray import serve
 
-from agentserve.config import ServeArgs
+from agentserve.config import ResolvedCatalog, ServeArgs
 from agentserve.preprocess.preprocessor import Preprocessor
-from agentserve.protocol import Conversation, GenerationRequest, PreprocessedRequest
+from agentserve.protocol import Conversation, GenerationRequest, Preprocessed
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.ray_metrics import start_export
 from agentserve.state.kept_turns import open_kept_turns
@@ -21,22 +21,21 @@ from agentserve.state.kept_turns import open_kept_turns
 
 @serve.deployment(name="Preprocessor", max_ongoing_requests=256)
 class PreprocessorReplica:
-    def __init__(self, args: dict[str, Any]) -> None:
+    def __init__(self, args: dict[str, Any], catalog: dict[str, Any]) -> None:
         a = ServeArgs.from_any(args)
+        resolved = ResolvedCatalog.from_any(catalog)
         start_export()  # this process's agentserve metrics -> Ray's metrics agent
         kept = open_kept_turns(a.kept_turns, a.state)
-        catalog = a.catalog()
         # served id -> (that model's preprocessor, the adapter id or None); the first model answers unnamed calls
         self._served: dict[str, tuple[Preprocessor, str | None]] = {}
-        for m in catalog:
-            assert m.engine is not None  # catalog() fills it in
+        for m in resolved.models:
             pre = Preprocessor(
-                m, str(m.resolve_path()), m.engine.block_size, sort_tools=a.normalize_sort_tools,
-                clamp_max_tokens=a.clamp_max_tokens, kept=kept,
+                m, str(m.resolve_path()), resolved.engine(m.id).block_size, sort_tools=a.normalize_sort_tools,
+                clamp_max_tokens=a.clamp_max_tokens, kept=kept, scripted=resolved.engine(m.id).kind == "scripted",
             )
             self._served[m.id] = (pre, None)
             self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)
-        self._default = catalog[0].id
+        self._default = resolved.default.id
 
     def _for(self, served_id: str | None, base: str | None = None) -> tuple[Preprocessor, str | None]:
         """`base`: the catalog model the ingress resolved `served_id` to; a served id this replica does not know
@@ -49,7 +48,7 @@ class PreprocessorReplica:
             raise RequestError("not_found", f"model '{served_id}' is not served", param="model")
         return found
 
-    async def preprocess(self, request: GenerationRequest, scope: str = "", base: str | None = None) -> PreprocessedRequest:
+    async def preprocess(self, request: GenerationRequest, scope: str = "", base: str | None = None) -> Preprocessed:
         """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters'),
         `base` the catalog model that serves it. A short prompt is done here on the replica's event loop; any
         other in a worker thread (the tokenizer releases the GIL; a kept-turn read waits on the database)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from ray import serve
 
-from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
+from agentserve.config import LoraAdapterSpec, ResolvedCatalog, ServeArgs
 from agentserve.protocol import RouteDecision, RouteRequest
 from agentserve.routing.catalog_router import CatalogRouter
 from agentserve.routing.cost import CostConfig
@@ -28,13 +28,12 @@ from agentserve.serve.adapter_registry import RuntimeAdapters
 logger = logging.getLogger("ray.serve")
 
 
-def router_config(args: ServeArgs, model: ModelSpec | None = None) -> RouterConfig:
-    """The router settings for one catalog model's replicas (its engine's block size; None: the default model)."""
+def router_config(args: ServeArgs, block_size: int) -> RouterConfig:
+    """The router settings for one catalog model's replicas (`block_size`: its engine's)."""
     r = args.router
-    engine = (model or args.catalog()[0]).engine or args.engine
     return RouterConfig(
         cost=CostConfig(
-            block_size=engine.block_size,
+            block_size=block_size,
             overlap_weight=r.overlap_weight,
             temperature=r.temperature,
             default_osl=r.default_osl,
@@ -60,9 +59,12 @@ class RouterReplica:
     """Nothing here runs on a timer: KV events wake the loop when they arrive, leases lapse when looked at
     (on routing, reports and heartbeats), so an idle router costs nothing."""
 
-    def __init__(self, args: dict[str, Any]) -> None:
+    def __init__(self, args: dict[str, Any], catalog: dict[str, Any]) -> None:
         self._args = ServeArgs.from_any(args)
-        self._router = CatalogRouter.from_configs({m.id: router_config(self._args, m) for m in self._args.catalog()})
+        resolved = ResolvedCatalog.from_any(catalog)
+        self._router = CatalogRouter.from_configs(
+            {m.id: router_config(self._args, resolved.engine(m.id).block_size) for m in resolved.models}
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
         self._subscriber = (
@@ -70,7 +72,7 @@ class RouterReplica:
         )
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
-        self._adapters = RuntimeAdapters(self._args.catalog())  # LoRA adapters loaded at run time, per model
+        self._adapters = RuntimeAdapters(resolved.models)  # LoRA adapters loaded at run time, per model
 
     def _bind_loop(self) -> None:
         if self._loop is None:

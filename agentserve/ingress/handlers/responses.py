@@ -23,11 +23,11 @@ from agentserve.config import ModelSpec
 from agentserve.protocol import GenerationRequest
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.events import Finish
-from agentserve.serve.auth import caller_scope
-from agentserve.serve.context import IngressContext
-from agentserve.serve.hints import with_hints
-from agentserve.serve.http import SSE_HEADERS, parse_body
-from agentserve.serve.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
+from agentserve.ingress.middleware.auth import caller_scope
+from agentserve.ingress.context import IngressContext
+from agentserve.ingress.hints import with_hints
+from agentserve.ingress.http import SSE_HEADERS, parse_body
+from agentserve.ingress.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
 
 logger = logging.getLogger("ray.serve")
 

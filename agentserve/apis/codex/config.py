@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from agentserve.apis.codex_models import models_body
+from agentserve.apis.codex.models import models_body
 from agentserve.config import ModelSpec, ServeArgs
 
 CATALOG_FILE = "agentserve_models.json"
@@ -28,7 +28,7 @@ def models_from_serve_config(path: Path | None) -> list[ModelSpec]:
         return [ModelSpec()]
     doc = yaml.safe_load(path.read_text()) or {}
     apps = doc.get("applications") or [{}]
-    return [m for app in apps for m in ServeArgs.from_any(app.get("args") or {}).catalog()]
+    return [m for app in apps for m in ServeArgs.from_any(app.get("args") or {}).resolve_catalog().models]
 
 
 def _toml_str(value: str) -> str:

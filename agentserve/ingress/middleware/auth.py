@@ -18,7 +18,7 @@ from typing import Iterable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.errors import error_response
+from agentserve.ingress.errors import error_response
 
 ENV_VAR = "AGENTSERVE_API_KEYS"
 OPEN_PATHS = frozenset({"/", "/health", "/-/healthz", "/-/routes"})  # harness, load balancer and Serve probes

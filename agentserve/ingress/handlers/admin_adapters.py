@@ -22,8 +22,8 @@ from agentserve.apis.admin_adapters import LoadAdapterRequest, loaded_body
 from agentserve.config import LoraAdapterSpec
 from agentserve.protocol import RouteDecision
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.context import IngressContext
-from agentserve.serve.http import parse_body
+from agentserve.ingress.context import IngressContext
+from agentserve.ingress.http import parse_body
 
 logger = logging.getLogger("ray.serve")
 

@@ -32,13 +32,13 @@ from agentserve import metrics
 from agentserve.apis import responses
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.events import Finish, Usage
-from agentserve.serve.auth import current_identity
-from agentserve.serve.errors import error_parts
-from agentserve.serve.faults import as_request_error
-from agentserve.serve.handlers.responses import PreparedResponse, ResponsesHandler
-from agentserve.serve.http import parse_json
-from agentserve.serve import limits
-from agentserve.serve.limits import KeyLimiter
+from agentserve.ingress.middleware.auth import current_identity
+from agentserve.ingress.errors import error_parts
+from agentserve.ingress.middleware.faults import as_request_error
+from agentserve.ingress.handlers.responses import PreparedResponse, ResponsesHandler
+from agentserve.ingress.http import parse_json
+from agentserve.ingress.middleware import limits
+from agentserve.ingress.middleware.limits import KeyLimiter
 
 logger = logging.getLogger("ray.serve")
 

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentserve.config import LimitsSpec, StateSpec
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.errors import error_response
+from agentserve.ingress.errors import error_response
 from agentserve.state import StateBackend, open_backend
 
 logger = logging.getLogger("ray.serve")
@@ -280,7 +280,7 @@ class KeyLimitsMiddleware:
     """Per-key limits on generation POSTs; the slot is held until the response (stream included) ends."""
 
     def __init__(self, app: ASGIApp, limiter: KeyLimiter | None = None, identity: Callable[[], str | None] | None = None) -> None:
-        from agentserve.serve.auth import current_identity
+        from agentserve.ingress.middleware.auth import current_identity
 
         self.app = app
         self.limiter = limiter or KeyLimiter()  # reads the module's LIMITS when called, set by configure()

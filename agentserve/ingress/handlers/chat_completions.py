@@ -12,10 +12,10 @@ from agentserve import metrics
 from agentserve.apis import chat_completions
 from agentserve.apis.chat_completions.encode import DONE, ChatEncoder
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.context import IngressContext
-from agentserve.serve.hints import with_hints
-from agentserve.serve.http import parse_body
-from agentserve.serve.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
+from agentserve.ingress.context import IngressContext
+from agentserve.ingress.hints import with_hints
+from agentserve.ingress.http import parse_body
+from agentserve.ingress.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
 
 
 class ChatWire:

@@ -21,12 +21,3 @@ def logprobs_event(tokenizer: Any, entries: Sequence[TokenLogprob], top: int) ->
             for e in entries
         )
     )
-
-
-def _choice_body(c: TokenChoice) -> dict[str, Any]:
-    return {"token": c.token, "logprob": c.logprob, "bytes": list(c.bytes)}
-
-
-def openai_logprobs(ev: Logprobs) -> list[dict[str, Any]]:
-    """The entry shape both OpenAI APIs use (chat `logprobs.content`, Responses `output_text.logprobs`)."""
-    return [{**_choice_body(chosen), "top_logprobs": [_choice_body(t) for t in top]} for chosen, top in ev.tokens]

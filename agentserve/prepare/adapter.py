@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentserve.prepare_model import (
+from agentserve.prepare.model import (
     _exclusive_lock,
     _remove_leftovers,
     _write_json_atomic,

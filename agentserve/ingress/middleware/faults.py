@@ -14,7 +14,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.errors import error_response
+from agentserve.ingress.errors import error_response
 
 logger = logging.getLogger("ray.serve")
 

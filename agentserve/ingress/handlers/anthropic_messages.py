@@ -22,12 +22,12 @@ from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
 from agentserve.protocol import Conversation
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
-from agentserve.serve.context import IngressContext
-from agentserve.serve.errors import register_envelope
-from agentserve.serve.hints import with_hints
-from agentserve.serve.http import parse_body
-from agentserve.serve.lifecycle import ParseOptions
-from agentserve.serve.request_id import current_request_id
+from agentserve.ingress.context import IngressContext
+from agentserve.ingress.errors import register_envelope
+from agentserve.ingress.hints import with_hints
+from agentserve.ingress.http import parse_body
+from agentserve.ingress.lifecycle import ParseOptions
+from agentserve.ingress.middleware.request_id import current_request_id
 
 logger = logging.getLogger("ray.serve")
 

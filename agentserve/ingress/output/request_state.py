@@ -1,51 +1,26 @@
-"""Ingress postprocessor: engine token deltas -> incremental detokenizer -> parsers -> StreamEvents.
+"""One request's output state in the ingress, as vLLM v1's `RequestState`: engine token deltas -> incremental
+detokenizer -> stop strings -> parsers -> StreamEvents, with the logprobs, usage, output ids and the rebuilt
+assistant turn of the same request. It is the only owner of a request's output.
 
-One instance per request. Stop strings are applied here, on decoded text, so every engine
-behaves the same; the caller stops consuming (and so aborts the engine request) once `stopped`.
-Special tokens that are markers of the active parsers reach them (detokenize.py); no other special token does.
+Stop strings are applied here, on decoded text, so every engine behaves the same; the caller stops consuming (and
+so aborts the engine request) once `stopped`. Special tokens that are markers of the active parsers reach them
+(detokenize.py); no other special token does.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from agentserve.detokenize import Detokenizer, special_tokens
+from agentserve.ingress.output.detokenize import Detokenizer, special_tokens
+from agentserve.ingress.output.logprobs import logprobs_event
+from agentserve.ingress.output.stop_strings import StopStrings
+from agentserve.ingress.output.turn import TurnCollector
 from agentserve.parsers import StreamParser
-from agentserve.protocol import EngineDelta
-from agentserve.protocol.events import Finish, Usage
+from agentserve.protocol import EngineDelta, Turn
+from agentserve.protocol.events import Finish, ToolCallError, ToolCallTruncated, Usage
 
 
-class StopStrings:
-    """Cuts text at the first stop string, holding back only a possible partial match."""
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self._stops = tuple(s for s in stops if s)
-        self._hold = max((len(s) for s in self._stops), default=1) - 1
-        self._buf = ""
-        self.hit = False
-        self.matched: str | None = None  # the stop string that ended the text (Anthropic reports it)
-
-    def feed(self, text: str) -> str:
-        if not self._stops:
-            return text
-        if self.hit:
-            return ""
-        self._buf += text
-        found = [(i, s) for s in self._stops if (i := self._buf.find(s)) >= 0]
-        if found:
-            cut, self.matched = min(found, key=lambda f: f[0])
-            out, self._buf, self.hit = self._buf[:cut], "", True
-            return out
-        keep = min(self._hold, len(self._buf))
-        out, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
-        return out
-
-    def flush(self) -> str:
-        out, self._buf = ("" if self.hit else self._buf), ""
-        return out
-
-
-class Postprocessor:
+class RequestState:
     def __init__(
         self,
         tokenizer: Any,  # a transformers fast tokenizer
@@ -57,7 +32,10 @@ class Postprocessor:
         reasoning_started: bool = False,
         skip_special_tokens: bool = True,
         id_factory=None,
+        top_logprobs: int = 0,  # alternatives per token the client asked for (when it asked for logprobs)
     ) -> None:
+        self._tokenizer = tokenizer
+        self._top_logprobs = top_logprobs
         tool_call_parser = tool_call_parser if tools else None
         keep = special_tokens(tokenizer).kept(reasoning_parser, tool_call_parser) if skip_special_tokens else {}
         self._decode = Detokenizer(tokenizer, keep, skip_special_tokens)
@@ -76,6 +54,19 @@ class Postprocessor:
         self.completion_tokens = 0
         self.output_ids: list[int] = []  # what the engine generated: the doctor compares the next turn with it
         self.finish_reason: str | None = None
+        self._turn = TurnCollector()  # the assistant turn as the client was sent it
+        self.unparsed = False  # a tool call the parser could not complete: the turn's tokens are not what was sent
+
+    @property
+    def turn(self) -> Turn | None:
+        """The assistant turn rebuilt from the events sent: reasoning, text and tool calls in order, client ids."""
+        return self._turn.turn()
+
+    @property
+    def kept_as_generated(self) -> bool:
+        """The turn ended by itself and every byte of it went out as parsed: its generated tokens decode to what the
+        client was sent, so they may stand in for the template's rendering of it next turn."""
+        return self.finish_reason == "stop" and not self.stopped and not self.unparsed and bool(self.output_ids)
 
     @property
     def stopped(self) -> bool:
@@ -83,6 +74,16 @@ class Postprocessor:
         return self._stop.hit
 
     def feed(self, delta: EngineDelta) -> list[Any]:
+        """The events one engine delta makes: logprobs first (an encoder attaches them to the text after them)."""
+        events = self._feed(delta)
+        if delta.logprobs:
+            events = [logprobs_event(self._tokenizer, delta.logprobs, self._top_logprobs), *events]
+        if events:
+            self._turn.feed(events)
+            self.unparsed = self.unparsed or any(isinstance(e, (ToolCallError, ToolCallTruncated)) for e in events)
+        return events
+
+    def _feed(self, delta: EngineDelta) -> list[Any]:
         if delta.prompt_tokens is not None:
             self.prompt_tokens = delta.prompt_tokens
         if delta.num_cached_tokens is not None:

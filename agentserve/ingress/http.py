@@ -11,8 +11,8 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.compression import decode_body
-from agentserve.serve import limits
+from agentserve.ingress.middleware.compression import decode_body
+from agentserve.ingress.middleware import limits
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from agentserve.protocol import AgentHints, GenerationRequest
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.auth import current_identity
+from agentserve.ingress.middleware.auth import current_identity
 
 HEADER = "x-agentserve-"
 _FIELDS = {  # hint -> parser

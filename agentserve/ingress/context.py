@@ -13,10 +13,10 @@ from agentserve.apis.models import Catalog, Served
 from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
 from agentserve.protocol import GenerationRequest
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.auth import caller_scope
-from agentserve.serve.hints import authorize_hints
-from agentserve.serve.lifecycle import ParseOptions, RequestLifecycle, RequestPath
-from agentserve.serve.request_id import current_request_id, new_request_id
+from agentserve.ingress.middleware.auth import caller_scope
+from agentserve.ingress.hints import authorize_hints
+from agentserve.ingress.lifecycle import ParseOptions, RequestLifecycle, RequestPath
+from agentserve.ingress.middleware.request_id import current_request_id, new_request_id
 
 logger = logging.getLogger("ray.serve")
 
@@ -25,7 +25,6 @@ logger = logging.getLogger("ray.serve")
 class IngressContext:
     args: ServeArgs
     catalog: Catalog
-    tokenizer: Any
     path: RequestPath
     preprocessor: DeploymentHandle
 

@@ -1,0 +1,19 @@
+"""Token totals per model as Prometheus metrics, from every request's end."""
+
+from __future__ import annotations
+
+from agentserve import metrics
+from agentserve.ingress.observers import TurnEnded
+
+
+class UsageMetrics:
+    def turn_ended(self, ended: TurnEnded) -> None:
+        state = ended.state
+        if state is None:
+            return
+        model = ended.model
+        metrics.PROMPT_TOKENS.labels(model).inc(state.prompt_tokens)
+        metrics.CACHED_TOKENS.labels(model).inc(state.cached_tokens)
+        metrics.COMPLETION_TOKENS.labels(model).inc(state.completion_tokens)
+        if state.prompt_tokens:
+            metrics.CACHED_RATIO.labels(model).observe(state.cached_tokens / state.prompt_tokens)
