@@ -25,7 +25,7 @@ if "AGENTSERVE_DATA_DIR" not in os.environ:
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
 
     return prepare_model()
 

@@ -326,6 +326,3 @@ class Preprocessor:
 
     def tokenize_text(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens)
-
-    def detokenize(self, token_ids: list[int]) -> str:
-        return self._tok.decode(token_ids)

@@ -13,7 +13,7 @@ import openai
 import pytest
 from ray import serve
 
-from agentserve.preprocess.block_hash import block_hashes
+from agentserve.kv_events.block_hash import block_hashes
 from tests.conftest import running_graph
 from tests.e2e.test_vllm_graph import BLOCK, VLLM_ARGS
 
@@ -27,7 +27,7 @@ ASK = [{"role": "user", "content": "What is the tallest mountain in the world? A
 
 @pytest.fixture(scope="module")
 def adapter_path(model_path):
-    from agentserve.prepare_adapter import prepare_adapter
+    from agentserve.prepare.adapter import prepare_adapter
 
     return prepare_adapter(model_path)
 
@@ -53,7 +53,7 @@ def _say(oai, model: str, messages=ASK, max_tokens: int = 8):
 
 
 def test_the_adapter_answers_in_its_own_voice_and_the_base_model_in_its_own(oai, url):
-    from agentserve.prepare_adapter import PIRATE_GREETING
+    from agentserve.prepare.adapter import PIRATE_GREETING
 
     base = _say(oai, BASE).choices[0].message.content
     pirate = _say(oai, PIRATE)

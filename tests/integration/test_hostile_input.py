@@ -40,7 +40,7 @@ LIMITS = {
 @pytest.fixture(scope="module")
 def url(model_path, monkeypatch_module) -> Iterator[str]:
     monkeypatch_module.setenv("AGENTSERVE_API_KEYS", OTHER_KEY)  # the env var adds keys to the config's
-    from agentserve.serve.auth import hash_key
+    from agentserve.ingress.middleware.auth import hash_key
 
     args = {
         "engine": {"kind": "scripted", "block_size": 16, "rules": RULES},

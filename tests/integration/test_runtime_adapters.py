@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from agentserve.serve.auth import hash_key
+from agentserve.ingress.middleware.auth import hash_key
 from tests.integration.deployed_graph import APP, DeployedGraph, deployed_graph, wait_for
 
 pytestmark = pytest.mark.integration

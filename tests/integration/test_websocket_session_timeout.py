@@ -12,7 +12,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from agentserve import codex_config
+from agentserve.apis.codex import config as codex_config
 from agentserve.config import ModelSpec
 from tests.conftest import running_graph
 

@@ -21,9 +21,9 @@ from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
 from agentserve.protocol.errors import RequestError
 from tests.unit.fake_handles import Method
 from agentserve.serve.adapter_registry import RuntimeAdapters
-from agentserve.serve.context import IngressContext
-from agentserve.serve.errors import error_response
-from agentserve.serve.handlers.admin_adapters import AdapterAdmin
+from agentserve.ingress.context import IngressContext
+from agentserve.ingress.errors import error_response
+from agentserve.ingress.handlers.admin_adapters import AdapterAdmin
 
 PATH = "/v1/admin/adapters"
 MODELS = (
@@ -88,7 +88,7 @@ class FakeEngine:
 def _ctx(router: FakeRouter, engines: dict[str, FakeEngine]) -> IngressContext:
     args = ServeArgs(models=MODELS)
     path = SimpleNamespace(router=router, unary_engines=engines)
-    return IngressContext(args=args, catalog=Catalog(args.catalog()), tokenizer=None, path=path, preprocessor=None)
+    return IngressContext(args=args, catalog=Catalog(args.resolve_catalog().models), path=path, preprocessor=None)
 
 
 def _request(body: Any) -> Request:
@@ -165,7 +165,7 @@ def test_a_replica_that_never_answers_its_pinned_calls_fails_the_load(monkeypatc
     async def no_wait(_: float) -> None:
         return None
 
-    monkeypatch.setattr("agentserve.serve.handlers.admin_adapters.asyncio.sleep", no_wait)
+    monkeypatch.setattr("agentserve.ingress.handlers.admin_adapters.asyncio.sleep", no_wait)
     ctx, router, _ = _setup({"r1": "ok", "r2": "elsewhere"})  # r2 stays registered but Serve never reaches it
     status, err = _refused(ctx, {"model": "a", "id": "pirate", "path": "/p"})
     assert status == 400 and "answered by other replicas" in err["message"]

@@ -18,7 +18,7 @@ from agentserve.protocol.events import (
     ToolCallStart,
     Usage,
 )
-from agentserve.serve.handlers.anthropic_messages import AnthropicMessagesHandler
+from agentserve.ingress.handlers.anthropic_messages import AnthropicMessagesHandler
 
 SIGNER = anthropic.ThinkingSigner("k" * 64)
 

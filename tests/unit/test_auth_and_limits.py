@@ -11,10 +11,10 @@ from fastapi.responses import JSONResponse
 
 from agentserve.config import LimitsSpec, ServeArgs
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.auth import AuthMiddleware, KeySet, current_identity, hash_key, keys_from_env, presented_key
-from agentserve.serve.errors import register_envelope
-from agentserve.serve.faults import ErrorBoundaryMiddleware, as_request_error
-from agentserve.serve.limits import Limits, KeyLimiter, KeyLimitsMiddleware, check_body
+from agentserve.ingress.middleware.auth import AuthMiddleware, KeySet, current_identity, hash_key, keys_from_env, presented_key
+from agentserve.ingress.errors import register_envelope
+from agentserve.ingress.middleware.faults import ErrorBoundaryMiddleware, as_request_error
+from agentserve.ingress.middleware.limits import Limits, KeyLimiter, KeyLimitsMiddleware, check_body
 
 KEY = "sk-test-123"
 

@@ -1,6 +1,6 @@
 from hypothesis import given, strategies as st
 
-from agentserve.preprocess.block_hash import block_hashes
+from agentserve.kv_events.block_hash import block_hashes
 
 tokens = st.lists(st.integers(0, 50_000), max_size=200)
 adapters = st.one_of(st.none(), st.text(min_size=1, max_size=20))

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from agentserve.prepare_model import chat_template
+from agentserve.prepare.model import chat_template
 
 TEMPLATE = chat_template()
 DEFAULT_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"

@@ -7,7 +7,7 @@ import tomllib
 
 import yaml
 
-from agentserve import codex_config
+from agentserve.apis.codex import config as codex_config
 from agentserve.cli import main
 
 

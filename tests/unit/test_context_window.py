@@ -52,8 +52,8 @@ def test_max_tokens_is_clamped_or_refused_by_what_the_window_leaves(pres, words,
         out = pre.preprocess(_request(words, max_tokens))
         assert out.prompt_tokens == n
         clamped = max_tokens is not None and max_tokens > left
-        assert out.max_tokens == (left if max_tokens is None or clamped else max_tokens)
-        assert out.requested_max_tokens == (max_tokens if clamped else None)
+        assert out.engine.max_tokens == (left if max_tokens is None or clamped else max_tokens)
+        assert out.report.requested_max_tokens == (max_tokens if clamped else None)
 
 
 def test_the_error_keeps_its_counts_across_a_pickle_hop():

@@ -22,7 +22,7 @@ def _catalog(engine: dict, adapters: list[dict], **model) -> ServeArgs:
 
 def test_declared_adapters_turn_lora_on_with_a_slot_each():
     args = _catalog({"kind": "vllm"}, [PIRATE, POET], max_lora_rank=8)
-    with_lora, without = args.catalog()
+    with_lora, without = args.resolve_catalog().models
     kwargs = engine_args(with_lora.engine, Path("/m"), 4096, adapters=with_lora.adapters,
                          max_lora_rank=with_lora.max_lora_rank)
     assert (kwargs["enable_lora"], kwargs["max_lora_rank"], kwargs["max_loras"]) == (True, 8, 2)
@@ -31,12 +31,12 @@ def test_declared_adapters_turn_lora_on_with_a_slot_each():
 
 def test_engine_kwargs_can_enable_lora_for_adapters_loaded_at_run_time():
     args = _catalog({"kind": "vllm", "engine_kwargs": {"enable_lora": True, "max_loras": 4}}, [])
-    kwargs = engine_args(args.catalog()[0].engine, Path("/m"), 4096)
+    kwargs = engine_args(args.resolve_catalog().models[0].engine, Path("/m"), 4096)
     assert kwargs["enable_lora"] is True and kwargs["max_loras"] == 4
 
 
 def test_make_engine_gives_each_model_its_own_adapters(model_path):
     args = _catalog({"kind": "scripted", "rules": [{"reply": "hi"}]}, [PIRATE, POET])
-    base, other = args.catalog()
-    assert [a.id for a in make_engine(args, base, model_path).adapters()] == ["pirate", "poet"]
-    assert make_engine(args, other, model_path).adapters() == ()
+    base, other = args.resolve_catalog().models
+    assert [a.id for a in make_engine(base.engine, base, model_path).adapters()] == ["pirate", "poet"]
+    assert make_engine(other.engine, other, model_path).adapters() == ()

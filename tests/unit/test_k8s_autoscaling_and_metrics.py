@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from agentserve import metrics
 from agentserve.protocol.events import ToolCallEnd, ToolCallError
 from agentserve.serve.autoscaling import PENDING_PREFILL, RECENT_TTFT, PrefillPressurePolicy, PrefillTracker
-from agentserve.serve.observe import StreamObserver
+from agentserve.ingress.observers.telemetry import StreamObserver
 from agentserve.serve.ray_metrics import RegistryMirror
 
 

@@ -75,12 +75,12 @@ def test_two_models_give_two_gpu_groups_of_their_own_shape_each_engine_on_its_ow
     cfg = serve_cfg(doc)
     d = deployments(cfg)
     args = ServeArgs.from_any(cfg["applications"][0]["args"])
-    assert [m.id for m in args.catalog()] == [BIG, SMALL]
-    assert list(d) == ["Ingress", "Preprocessor", "Router", *(args.engine_deployment_name(m) for m in args.catalog())]
+    assert [m.id for m in args.resolve_catalog().models] == [BIG, SMALL]
+    assert list(d) == ["Ingress", "Preprocessor", "Router", *(args.resolve_catalog().deployment_name(m.id) for m in args.resolve_catalog().models)]
     for model, group, tp, accel in ((BIG, big, 4, "B200"), (SMALL, small, 1, "L4")):
-        spec = next(m for m in args.catalog() if m.id == model)
+        spec = next(m for m in args.resolve_catalog().models if m.id == model)
         assert spec.engine.tensor_parallel_size == tp
-        engine = d[args.engine_deployment_name(spec)]
+        engine = d[args.resolve_catalog().deployment_name(spec.id)]
         bundles = engine["placement_group_bundles"]
         assert len(bundles) == tp and engine["placement_group_strategy"] == "STRICT_PACK"
         # Every TP rank asks for a sliver of the resource only this model's group advertises...
@@ -93,7 +93,7 @@ def test_two_models_give_two_gpu_groups_of_their_own_shape_each_engine_on_its_ow
             engine["autoscaling_config"]["max_replicas"]
         )
         AutoscalingConfig(**engine["autoscaling_config"])
-    assert d[args.engine_deployment_name(args.catalog()[1])]["autoscaling_config"]["max_replicas"] == 3
+    assert d[args.resolve_catalog().engine_deployments[1]]["autoscaling_config"]["max_replicas"] == 3
     ServeDeploySchema.model_validate(cfg)
 
 
@@ -116,7 +116,7 @@ def test_committed_two_model_example_is_generated_and_valid():
     assert errors("rayservice.v1.schema.json", doc) == []
     cfg = serve_cfg(doc)
     ServeDeploySchema.model_validate(cfg)
-    assert len(ServeArgs.from_any(cfg["applications"][0]["args"]).catalog()) == 2
+    assert len(ServeArgs.from_any(cfg["applications"][0]["args"]).resolve_catalog().models) == 2
     assert {n for n in groups(doc)} == {"cpu", "b200", "l4"}
 
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentserve.config import LimitsSpec, StateSpec
-from agentserve.serve.limits import KeyLimiter, KeyLimitsMiddleware, Limits
+from agentserve.ingress.middleware.limits import KeyLimiter, KeyLimitsMiddleware, Limits
 
 
 def replica(limits: Limits) -> tuple[FastAPI, KeyLimiter]:

@@ -11,23 +11,27 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ray.exceptions import ActorDiedError
+from ray.exceptions import ActorDiedError, RayActorError
 from starlette.requests import ClientDisconnect
 
 from agentserve.config import ModelSpec, ServeArgs
+from agentserve.doctor import PrefixDoctor
 from agentserve.protocol import (
     Conversation,
     EngineDelta,
+    EngineRequest,
     GenerationRequest,
-    PreprocessedRequest,
+    Preprocessed,
+    PromptReport,
     RouteDecision,
+    RouteRequest,
     SamplingParams,
     TextBlock,
     Turn,
 )
 from agentserve.protocol.errors import RequestError
 from tests.unit.fake_handles import Method
-from agentserve.serve.lifecycle import ParseOptions, RequestLifecycle, RequestPath
+from agentserve.ingress.lifecycle import ParseOptions, RequestLifecycle, RequestPath
 
 
 class FakeStream:
@@ -64,15 +68,17 @@ class Graph:
         tokenizer = TOKENIZER[0]
         self.stream = FakeStream(deltas)
 
-        async def preprocess(req: GenerationRequest, scope: str = "", base: str | None = None) -> PreprocessedRequest:
-            return PreprocessedRequest(
-                request_id=req.request_id,
-                model=req.model,
-                token_ids=[1, 2, 3],
-                block_hashes=[],
-                sampling=SamplingParams(),
-                max_tokens=16,
-                session_key="s1",
+        async def preprocess(req: GenerationRequest, scope: str = "", base: str | None = None) -> Preprocessed:
+            return Preprocessed(
+                engine=EngineRequest(
+                    request_id=req.request_id, model=req.model, token_ids=[1, 2, 3], sampling=SamplingParams(),
+                    max_tokens=16,
+                ),
+                route=RouteRequest(
+                    request_id=req.request_id, model=req.model, block_hashes=[], prompt_tokens=3, max_tokens=16,
+                    session_key="s1",
+                ),
+                report=PromptReport(session_key="s1"),
             )
 
         async def do_route(_req: Any) -> RouteDecision:
@@ -84,13 +90,15 @@ class Graph:
 
         self.preprocessor = SimpleNamespace(preprocess=Method(preprocess))
         self.router = SimpleNamespace(
-            route=Method(do_route), release=Method(lambda rid: None), replica_failed=Method(lambda r: None)
+            route=Method(do_route), release=Method(lambda rid, model: None), replica_failed=Method(lambda r: None)
         )
         self.engine = SimpleNamespace(generate=Method(lambda pre, route: self.stream))
         self.engine.options = lambda **_: self.engine
         args = ServeArgs(keepalive_interval_s=keepalive_s)
         self.path = RequestPath(
-            args, preprocessor=self.preprocessor, router=self.router, engine=self.engine, tokenizer=tokenizer
+            args, preprocessor=self.preprocessor, router=self.router, engines={MODEL.id: self.engine},
+            tokenizers={MODEL.id: tokenizer}, doctor=PrefixDoctor.from_args(args, tokenizer),
+            engine_died=lambda exc: isinstance(exc, RayActorError),
         )
 
     @property
@@ -99,6 +107,7 @@ class Graph:
 
 
 TOKENIZER: list[Any] = []
+MODEL = ModelSpec(reasoning_parser=None, tool_call_parser=None)
 
 
 @pytest.fixture(autouse=True)
@@ -137,7 +146,7 @@ class Wire:
 def _life(g: Graph):
     return RequestLifecycle(
         g.path,
-        _request(), ModelSpec(reasoning_parser=None, tool_call_parser=None), ParseOptions(tools=[]),
+        _request(), MODEL, ParseOptions(tools=[]),
         api="chat", scope="caller", arrived=0.0,
     )
 
@@ -332,7 +341,7 @@ def test_a_release_leaves_the_cancelled_requests_context(tokenizer):
     current = contextvars.ContextVar("request", default=None)
     g = Graph(DONE, route="wait")
     seen: list = []
-    g.router.release = Method(lambda rid: seen.append(current.get()))
+    g.router.release = Method(lambda rid, model: seen.append(current.get()))
 
     async def run():
         current.set("request-1")
@@ -344,4 +353,4 @@ def test_a_release_leaves_the_cancelled_requests_context(tokenizer):
         await asyncio.sleep(0.05)
 
     asyncio.run(run())
-    assert g.router.release.calls == [("req_1",)] and seen == [None]
+    assert g.router.release.calls == [("req_1", MODEL.id)] and seen == [None]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from ray.serve.schema import ServeDeploySchema
 
-from agentserve.apis import codex_models
+from agentserve.apis.codex import models as codex_models
 from agentserve.apis.models import Catalog
 from agentserve.config import EngineSpec, ServeArgs
 from agentserve.protocol import RouteRequest
@@ -39,24 +39,24 @@ def _two(**extra) -> dict:
 
 def test_single_model_form_is_unchanged():
     args = ServeArgs()
-    (only,) = args.catalog()
+    (only,) = args.resolve_catalog().models
     assert only.id == args.model.id and only.engine == args.engine
-    assert args.engine_deployment_name(only) == "Engine"
+    assert args.resolve_catalog().deployment_name(only.id) == "Engine"
 
 
 def test_catalog_form_gives_each_model_its_engine_and_deployment():
     args = ServeArgs.from_any({**_two(), "engine": {"kind": "scripted", "rules": [{"reply": "x"}], "block_size": 32}})
-    main, small = args.catalog()
+    main, small = args.resolve_catalog().models
     assert main.engine == args.engine  # no engine of its own: the shared one
     assert small.engine == EngineSpec.model_validate(SCRIPTED)
-    assert [args.engine_deployment_name(m) for m in (main, small)] == ["Engine-org-main-model", "Engine-org-small"]
+    assert [args.resolve_catalog().deployment_name(m.id) for m in (main, small)] == ["Engine-org-main-model", "Engine-org-small"]
 
 
 def test_a_dumped_catalog_validates_again():
     """build_app hands every deployment the args as a JSON dict: the round trip must give the same catalog."""
     args = ServeArgs.from_any(_two(adapters=[{"id": "small-pirate", "path": "/adapters/p", "aliases": ["pirate"]}]))
     again = ServeArgs.from_any(args.model_dump(mode="json"))
-    assert again.catalog() == args.catalog()
+    assert again.resolve_catalog().models == args.resolve_catalog().models
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_validation_accepts_exactly_the_catalogs_with_unique_names(entries):
     names = [n for m in models for n in (m["id"], *m["aliases"], *(a["id"] for a in m["adapters"]))]
     if len(set(names)) == len(names):
         args = ServeArgs.from_any({"models": models})
-        catalog = Catalog(args.catalog())
+        catalog = Catalog(args.resolve_catalog().models)
         for m in models:  # every name reaches its own model (and adapter)
             assert catalog.lookup(m["id"]).model.id == m["id"]
             for a in m["adapters"]:
@@ -129,9 +129,9 @@ def test_multi_model_serve_config_is_valid_and_names_each_engine_deployment():
     ServeDeploySchema.model_validate(raw)
     (app,) = raw["applications"]
     args = ServeArgs.from_any(app["args"])
-    catalog = args.catalog()
+    catalog = args.resolve_catalog().models
     assert len(catalog) == 2 and all(m.engine is not None and m.engine.kind == "vllm" for m in catalog)
-    engines = {args.engine_deployment_name(m) for m in catalog}
+    engines = {args.resolve_catalog().deployment_name(m.id) for m in catalog}
     assert {d["name"] for d in app["deployments"]} == {"Ingress", "Preprocessor", "Router", *engines}
     # It runs on a 2-core machine: every replica's logical CPUs fit, or Serve never places the last deployment.
     assert sum(d["num_replicas"] * d["ray_actor_options"]["num_cpus"] for d in app["deployments"]) <= 2
@@ -144,7 +144,7 @@ def test_multi_model_serve_config_is_valid_and_names_each_engine_deployment():
 
 
 def _catalog() -> Catalog:
-    return Catalog(ServeArgs.from_any(_two(adapters=[{"id": "small-pirate", "path": "/p", "aliases": ["arr"]}])).catalog())
+    return Catalog(ServeArgs.from_any(_two(adapters=[{"id": "small-pirate", "path": "/p", "aliases": ["arr"]}])).resolve_catalog().models)
 
 
 def test_lookup_resolves_models_aliases_and_adapters():

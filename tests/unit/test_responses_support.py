@@ -8,13 +8,13 @@ import zlib
 import pytest
 import zstandard
 
-from agentserve.apis.codex_models import etag, models_body
+from agentserve.apis.codex.models import etag, models_body
 from agentserve.apis.models import Catalog
 from agentserve.apis.responses.sealing import SealedReasoning, SealError, Sealer
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import ModelProfile, ModelSpec
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.compression import decode_body
+from agentserve.ingress.middleware.compression import decode_body
 
 
 def test_seal_round_trip_and_rejections():

@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from agentserve import codex_config
+from agentserve.apis.codex import config as codex_config
 from agentserve.apis.responses import ResponsesEncoder, ResponsesRequest, Sealer, decode
 from agentserve.apis.responses.decode import qualified_name
 from agentserve.config import ModelSpec
 from agentserve.protocol import ToolCallBlock
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.events import Finish, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
-from agentserve.serve.auth import AuthMiddleware, KeySet, current_identity, hash_key
-from agentserve.serve.handlers.responses_socket import error_frame
+from agentserve.ingress.middleware.auth import AuthMiddleware, KeySet, current_identity, hash_key
+from agentserve.ingress.handlers.responses_socket import error_frame
 
 SEALER = Sealer("unit-secret")
 NAMESPACE = {

@@ -1,11 +1,9 @@
-from agentserve.protocol import PreprocessedRequest, SamplingParams
+from agentserve.protocol import RouteRequest
 from agentserve.routing import LeastLoadedPolicy
 
 
-def _req(i: int) -> PreprocessedRequest:
-    return PreprocessedRequest(
-        request_id=f"r{i}", model="m", token_ids=[1, 2], block_hashes=[], sampling=SamplingParams(), max_tokens=4
-    )
+def _req(i: int) -> RouteRequest:
+    return RouteRequest(request_id=f"r{i}", model="m", block_hashes=[], prompt_tokens=2, max_tokens=4)
 
 
 def test_no_replica_means_no_pin():

@@ -6,7 +6,7 @@ import pytest
 
 from agentserve.protocol import AgentHints
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.hints import extract_hints
+from agentserve.ingress.hints import extract_hints
 
 
 def test_body_beats_headers_beats_decoded():
@@ -38,8 +38,8 @@ def test_priority_is_clamped_unless_the_callers_key_may_raise_it():
 
     from agentserve.config import ServeArgs
     from agentserve.protocol import Conversation, GenerationRequest
-    from agentserve.serve import auth
-    from agentserve.serve.hints import authorize_hints, with_hints
+    from agentserve.ingress.middleware import auth
+    from agentserve.ingress.hints import authorize_hints, with_hints
 
     trusted = hashlib.sha256(b"ops-key").hexdigest()
     plain = GenerationRequest(request_id="r", model="m", conversation=Conversation(turns=()))

@@ -7,7 +7,7 @@ from collections import Counter
 import msgspec
 from hypothesis import given, settings, strategies as st
 
-from agentserve.preprocess.block_hash import block_hashes
+from agentserve.kv_events.block_hash import block_hashes
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.index import EventIndex, PrefixIndex
 from agentserve.kv_events.format import (

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentserve.kv_events.format import BlockStored
-from agentserve.preprocess.block_hash import block_hashes
-from agentserve.protocol import AgentHints, PreprocessedRequest, SamplingParams
+from agentserve.kv_events.block_hash import block_hashes
+from agentserve.protocol import AgentHints, RouteRequest
 from agentserve.protocol.errors import RequestError
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import KvRouter, RouterConfig
@@ -18,10 +18,10 @@ from agentserve.routing.kv_router import KvRouter, RouterConfig
 BS = 4
 
 
-def req(i, tokens, session=None, priority=0, osl=None) -> PreprocessedRequest:
-    return PreprocessedRequest(
-        request_id=f"r{i}", model="m", token_ids=tokens, block_hashes=block_hashes(tokens, BS),
-        sampling=SamplingParams(), max_tokens=16, hints=AgentHints(session_id=session, priority=priority, osl=osl),
+def req(i, tokens, session=None, priority=0, osl=None) -> RouteRequest:
+    return RouteRequest(
+        request_id=f"r{i}", model="m", block_hashes=block_hashes(tokens, BS), prompt_tokens=len(tokens),
+        max_tokens=16, hints=AgentHints(session_id=session, priority=priority, osl=osl),
     )
 
 

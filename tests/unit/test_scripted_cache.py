@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from agentserve.engines.scripted_cache import PrefixCache
 from agentserve.kv_events.format import BlockStored, KvEvent
-from agentserve.preprocess.block_hash import block_hashes
+from agentserve.kv_events.block_hash import block_hashes
 from agentserve.routing.index import EventIndex
 
 

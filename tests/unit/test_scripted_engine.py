@@ -5,8 +5,8 @@ import pytest
 
 from agentserve.config import EngineSpec, LoraAdapterSpec
 from agentserve.engines.scripted import ScriptedEngine
-from agentserve.preprocess.block_hash import block_hashes
-from agentserve.protocol import PreprocessedRequest, SamplingParams
+from agentserve.kv_events.block_hash import block_hashes
+from agentserve.protocol import EngineRequest, SamplingParams
 
 
 def _engine(**cache):
@@ -19,9 +19,8 @@ def _engine(**cache):
 
 
 def _req(tokens, match="x", max_tokens=100):
-    return PreprocessedRequest(
-        request_id="r", model="m", token_ids=tokens, block_hashes=block_hashes(tokens, 4),
-        sampling=SamplingParams(), max_tokens=max_tokens, match_text=match,
+    return EngineRequest(
+        request_id="r", model="m", token_ids=tokens, sampling=SamplingParams(), max_tokens=max_tokens, match_text=match,
     )
 
 
@@ -104,7 +103,7 @@ def test_agent_loop_turn_two_is_served_from_turn_one_prompt_and_output(model_pat
     def turn(turns, rid):
         conv = Conversation(turns=(system, *turns), tools=tools)
         req = pre.preprocess(GenerationRequest(request_id=rid, model="m", conversation=conv))
-        return req, _run(engine, req)
+        return req, _run(engine, req.engine)
 
     sub = KvEventSubscriber()
     index = EventIndex(bs)
@@ -121,11 +120,11 @@ def test_agent_loop_turn_two_is_served_from_turn_one_prompt_and_output(model_pat
         result = Turn(role="tool", blocks=(ToolResultBlock(tool_call_id="c1", content="print('hi')"),))
         second_conv = Conversation(turns=(system, user, assistant, result), tools=tools)
         second_ids = pre.render(second_conv).token_ids
-        history = first.token_ids + output
+        history = first.engine.token_ids + output
         assert second_ids[: len(history)] == history  # the template replays turn 1 exactly (doctor: 1.000)
 
         computed = len(history) - 1  # the last sampled token (EOS) is never fed back
-        assert computed // bs > len(first.token_ids) // bs  # the reply fills blocks of its own
+        assert computed // bs > len(first.engine.token_ids) // bs  # the reply fills blocks of its own
 
         # The router's index, fed over ZMQ, holds those blocks.
         hashes = block_hashes(second_ids, bs)
@@ -138,7 +137,7 @@ def test_agent_loop_turn_two_is_served_from_turn_one_prompt_and_output(model_pat
         assert index.index.overlaps(hashes) == {"e": computed // bs}
 
         second, out2 = turn([user, assistant, result], "t2")
-        assert second.token_ids == second_ids
+        assert second.engine.token_ids == second_ids
         assert out2[0].num_cached_tokens == computed // bs * bs
     finally:
         sub.close()
@@ -146,9 +145,9 @@ def test_agent_loop_turn_two_is_served_from_turn_one_prompt_and_output(model_pat
 
 
 def _lora_req(tokens, adapter):
-    return PreprocessedRequest(
-        request_id="r", model="m", token_ids=tokens, block_hashes=block_hashes(tokens, 4, adapter),
-        sampling=SamplingParams(), max_tokens=100, match_text="x", adapter=adapter,
+    return EngineRequest(
+        request_id="r", model="m", token_ids=tokens, sampling=SamplingParams(), max_tokens=100, match_text="x",
+        adapter=adapter,
     )
 
 

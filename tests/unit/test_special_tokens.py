@@ -2,7 +2,7 @@
 
 Each tokenizer here is the embedded SmolLM2 tokenizer with the format's markers (and its end-of-turn tokens) added
 as special tokens, so a model output encodes to the special ids a real gpt-oss / Mistral / Llama 3 / Kimi / DeepSeek
-model would sample; the ids go through the ingress's Postprocessor exactly as engine deltas do.
+model would sample; the ids go through the ingress's RequestState exactly as engine deltas do.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from tokenizers import AddedToken
 
-from agentserve.detokenize import Detokenizer, SpecialTokens
+from agentserve.ingress.output.detokenize import Detokenizer, SpecialTokens
 from agentserve.parsers import parser_markers
-from agentserve.postprocess import Postprocessor
+from agentserve.ingress.output.request_state import RequestState
 from agentserve.protocol import EngineDelta
 from agentserve.protocol.events import (
     Finish,
@@ -122,9 +122,9 @@ def tokenizers(tokenizer) -> dict[str, Any]:
     return {c.name: special_tokenizer(tokenizer, c) for c in CASES}
 
 
-def post_for(tok: Any, case: Case, *, tools=TOOLS, stop=(), skip_special_tokens=True) -> Postprocessor:
+def post_for(tok: Any, case: Case, *, tools=TOOLS, stop=(), skip_special_tokens=True) -> RequestState:
     counter = iter(range(1000))
-    return Postprocessor(
+    return RequestState(
         tok,
         reasoning_parser=case.reasoning,
         tool_call_parser=case.tool_calls,
@@ -136,7 +136,7 @@ def post_for(tok: Any, case: Case, *, tools=TOOLS, stop=(), skip_special_tokens=
     )
 
 
-def run(post: Postprocessor, ids: list[int], chunk: int) -> list[Any]:
+def run(post: RequestState, ids: list[int], chunk: int) -> list[Any]:
     events: list[Any] = []
     for i in range(0, len(ids), chunk):
         part = ids[i : i + chunk]

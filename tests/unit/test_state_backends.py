@@ -14,7 +14,7 @@ import pytest
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import LimitsSpec
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.limits import Limits, KeyLimiter
+from agentserve.ingress.middleware.limits import Limits, KeyLimiter
 from agentserve.state import StateBackend, StoreBounds
 from agentserve.state.postgres import PostgresBackend
 from agentserve.state.sqlite import SQLiteBackend

@@ -1,6 +1,6 @@
 from hypothesis import given, strategies as st
 
-from agentserve.postprocess import StopStrings
+from agentserve.ingress.output.stop_strings import StopStrings
 
 
 def feed_all(pieces, stops):

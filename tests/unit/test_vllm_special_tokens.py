@@ -15,7 +15,7 @@ import pytest
 
 from agentserve.config import EngineSpec
 from agentserve.engines.vllm import VllmEngine
-from agentserve.protocol import PreprocessedRequest, SamplingParams
+from agentserve.protocol import EngineRequest, SamplingParams
 from tests.unit.test_special_tokens import CASES, leaks, outcome, post_for, tokenizers  # noqa: F401 - fixture
 
 
@@ -40,9 +40,9 @@ class StreamingAsyncLLM:
         pass
 
 
-def request(stop: tuple[str, ...] = ()) -> PreprocessedRequest:
-    return PreprocessedRequest(
-        request_id="r1", model="m", token_ids=[1, 2, 3], block_hashes=[], max_tokens=64,
+def request(stop: tuple[str, ...] = ()) -> EngineRequest:
+    return EngineRequest(
+        request_id="r1", model="m", token_ids=[1, 2, 3], max_tokens=64,
         sampling=SamplingParams(stop=stop),
     )
 

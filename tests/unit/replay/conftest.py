@@ -16,7 +16,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 def template_source(name: str) -> str:
     if name == "agentserve_default":
-        from agentserve.prepare_model import chat_template
+        from agentserve.prepare.model import chat_template
 
         return chat_template()
     return (TEMPLATES / f"{name}.jinja").read_text()
@@ -24,7 +24,7 @@ def template_source(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def base_tokenizer():
-    from agentserve.prepare_model import prepare_model
+    from agentserve.prepare.model import prepare_model
     from agentserve.preprocess.tokenizer import load_tokenizer
 
     return load_tokenizer(str(prepare_model()))

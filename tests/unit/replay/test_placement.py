@@ -30,7 +30,7 @@ from agentserve.apis.responses.schema import ResponsesRequest
 from agentserve.apis.responses.sealing import Sealer
 from agentserve.preprocess.placement import Placement, probe_placement
 from agentserve.protocol.errors import RequestError
-from agentserve.serve.errors import error_response
+from agentserve.ingress.errors import error_response
 
 VL2 = Path(vllm.__file__).parent / "transformers_utils" / "chat_templates" / "template_deepseek_vl2.jinja"
 SIGNER = ThinkingSigner("test-secret")

@@ -351,22 +351,22 @@ def test_turn_n_prompt_plus_output_is_a_prefix_of_turn_n_plus_1(make_preprocesso
     history = History(api)
     for output in fam.outputs:
         before = pre.preprocess(history.request())
-        before_text = tok.decode(before.token_ids)
+        before_text = tok.decode(before.engine.token_ids)
         generated = tok.encode(output + fam.eot, add_special_tokens=False)
-        segs = parse(fam, output, before.reasoning_started, before.parse_reasoning)
+        segs = parse(fam, output, before.engine.reasoning_started, before.report.parse_reasoning)
         assert [s.name for s in segs if s.kind == "call"], "no tool call parsed"
         history.assistant(segs)
         history.results(segs)
         after = pre.preprocess(history.request())
-        after_text = tok.decode(after.token_ids)
+        after_text = tok.decode(after.engine.token_ids)
         reasoning = [s.text.strip("\n") for s in segs if s.kind == "reasoning"]
         assert reasoning, "no reasoning parsed"
         if fam.keeps:
             expected_text = before_text + output + fam.eot
             assert after_text.startswith(expected_text), show_divergence(expected_text, after_text)
-            expected = before.token_ids + generated
-            assert after.token_ids[: len(expected)] == expected, "text is a prefix but the tokens are not"
-            assert after.replay_reordered == 0
+            expected = before.engine.token_ids + generated
+            assert after.engine.token_ids[: len(expected)] == expected, "text is a prefix but the tokens are not"
+            assert after.report.replay_reordered == 0
         else:
             # The documented policy: this turn's reasoning is dropped, everything before it is unchanged.
             assert before_text.endswith(fam.dropped_opener)
@@ -387,19 +387,19 @@ def test_interleaved_reasoning_in_one_field_templates_is_kept_and_counted(make_p
     pre = preprocessor(make_preprocessor, fam)
     history = History(api)
     before = pre.preprocess(history.request())
-    segs = parse(fam, fam.interleaved, before.reasoning_started)
+    segs = parse(fam, fam.interleaved, before.engine.reasoning_started)
     assert [s.kind for s in segs] == ["reasoning", "call", "reasoning", "call"]
     history.assistant(segs)
     history.results(segs)
     after = pre.preprocess(history.request())
-    text = pre._tok.decode(after.token_ids)
+    text = pre._tok.decode(after.engine.token_ids)
     assert R1 in text and R2 in text
     if pre._caps.reasoning_per_call:
         # The template takes reasoning per call (the embedded one does): the turn replays exactly as generated.
-        assert after.replay_reordered == 0
-        assert pre._tok.decode(before.token_ids) + fam.interleaved + fam.eot in text
+        assert after.report.replay_reordered == 0
+        assert pre._tok.decode(before.engine.token_ids) + fam.interleaved + fam.eot in text
     else:
-        assert after.replay_reordered == 1
+        assert after.report.replay_reordered == 1
 
 
 def test_gpt_oss_parallel_calls_get_one_message_each(make_preprocessor):
@@ -411,7 +411,7 @@ def test_gpt_oss_parallel_calls_get_one_message_each(make_preprocessor):
     segs = parse(fam, fam.outputs[0], False) + parse(fam, fam.outputs[1], False)
     history.assistant(segs)
     history.results(segs)
-    text = pre._tok.decode(pre.preprocess(history.request()).token_ids)
+    text = pre._tok.decode(pre.preprocess(history.request()).engine.token_ids)
     generated = "<|start|>assistant" + fam.outputs[0] + "<|call|>"
     assert generated in text
     assert "<|start|>assistant" + fam.outputs[1] + "<|call|>" in text
@@ -492,12 +492,12 @@ def test_thinking_off_renders_and_parses_accordingly(make_preprocessor, name):
     pre = preprocessor(make_preprocessor, fam)
     history = History("anthropic", thinking=False)
     req = pre.preprocess(history.request())
-    text = pre._tok.decode(req.token_ids)
+    text = pre._tok.decode(req.engine.token_ids)
     assert text.endswith(fam.thinking_off)
-    assert req.parse_reasoning is False
+    assert req.report.parse_reasoning is False
     on = pre.preprocess(History("anthropic", thinking=True).request())
-    assert not pre._tok.decode(on.token_ids).endswith(fam.thinking_off)
-    assert on.parse_reasoning is True
+    assert not pre._tok.decode(on.engine.token_ids).endswith(fam.thinking_off)
+    assert on.report.parse_reasoning is True
 
 
 def test_client_template_kwargs_win_over_the_default(make_preprocessor):
@@ -505,7 +505,7 @@ def test_client_template_kwargs_win_over_the_default(make_preprocessor):
     fam = FAMILIES["qwen3"]
     pre = preprocessor(make_preprocessor, fam)
     req = pre.preprocess(History("chat", kwargs={"enable_thinking": False}).request())
-    assert pre._tok.decode(req.token_ids).endswith(fam.thinking_off)
+    assert pre._tok.decode(req.engine.token_ids).endswith(fam.thinking_off)
 
 
 # ------------------------------------------------------------------------------------------------ inspect_template
@@ -550,8 +550,8 @@ def test_anthropic_compact_arguments_replay_verbatim(make_preprocessor):
     output = f'<think>\n{R1}\n</think>\n\n<tool_call>\n{{"name": "read", "arguments": {{"path":"a.py"}}}}\n</tool_call>'
     history = History("anthropic")
     before = pre.preprocess(history.request())
-    segs = parse(fam, output, before.reasoning_started)
+    segs = parse(fam, output, before.engine.reasoning_started)
     history.assistant(segs)
     history.results(segs)
-    after = pre._tok.decode(pre.preprocess(history.request()).token_ids)
-    assert after.startswith(pre._tok.decode(before.token_ids) + output + fam.eot)
+    after = pre._tok.decode(pre.preprocess(history.request()).engine.token_ids)
+    assert after.startswith(pre._tok.decode(before.engine.token_ids) + output + fam.eot)

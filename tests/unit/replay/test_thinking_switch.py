@@ -35,9 +35,9 @@ def test_deepseek_v31_thinking_follows_the_client(make_preprocessor):
     on = pre.preprocess(_req(thinking=True))
     off = pre.preprocess(_req(thinking=False))
     default = pre.preprocess(_req())
-    text = lambda p: pre.detokenize(p.token_ids)  # noqa: E731
-    assert text(on).endswith("<think>") and on.reasoning_started
-    assert text(off).endswith("</think>") and not off.reasoning_started and off.sampling.thinking_budget == 0
+    text = lambda p: pre._tok.decode(p.engine.token_ids)  # noqa: E731
+    assert text(on).endswith("<think>") and on.engine.reasoning_started
+    assert text(off).endswith("</think>") and not off.engine.reasoning_started and off.engine.sampling.thinking_budget == 0
     assert text(default).endswith("<think>")  # thinking stays on where the model has it
 
 
@@ -53,16 +53,16 @@ def test_a_reversed_switch_is_found_with_its_polarity():
 
 def test_effort_maps_to_the_model_budget_and_none_turns_thinking_off(make_preprocessor):
     pre = make_preprocessor("qwen3", reasoning_parser="qwen3")
-    assert pre.preprocess(_req(reasoning_effort="low")).sampling.thinking_budget == 512
-    assert pre.preprocess(_req(reasoning_effort="high")).sampling.thinking_budget == 8192
-    assert pre.preprocess(_req(reasoning_effort="max")).sampling.thinking_budget is None  # not in the map
+    assert pre.preprocess(_req(reasoning_effort="low")).engine.sampling.thinking_budget == 512
+    assert pre.preprocess(_req(reasoning_effort="high")).engine.sampling.thinking_budget == 8192
+    assert pre.preprocess(_req(reasoning_effort="max")).engine.sampling.thinking_budget is None  # not in the map
     none = pre.preprocess(_req(reasoning_effort="none"))
-    assert none.sampling.thinking_budget == 0 and "<think>\n\n</think>" in pre.detokenize(none.token_ids)
+    assert none.engine.sampling.thinking_budget == 0 and "<think>\n\n</think>" in pre._tok.decode(none.engine.token_ids)
     # A client's explicit budget (Anthropic budget_tokens) wins over the effort map.
     explicit = pre.preprocess(_req(reasoning_effort="low", sampling=SamplingParams(thinking_budget=2000)))
-    assert explicit.sampling.thinking_budget == 2000
+    assert explicit.engine.sampling.thinking_budget == 2000
 
 
 def test_models_without_reasoning_get_no_budget(make_preprocessor):
     pre = make_preprocessor("qwen3", reasoning_parser=None)
-    assert pre.preprocess(_req(sampling=SamplingParams(thinking_budget=2000))).sampling.thinking_budget is None
+    assert pre.preprocess(_req(sampling=SamplingParams(thinking_budget=2000))).engine.sampling.thinking_budget is None

@@ -79,19 +79,19 @@ def run(make_preprocessor, fam, api: str, splicing: bool, turns: int = 2):
         for output in outputs[:turns]:
             before = pre.preprocess(history.request(), SCOPE)
             if last is not None:
-                reports.append(diagnose(last[0] + last[1], len(last[0]), before.token_ids, tok.decode,
-                                        frozenset(tok.all_special_ids), before.replay_last_rerendered))
+                reports.append(diagnose(last[0] + last[1], len(last[0]), before.engine.token_ids, tok.decode,
+                                        frozenset(tok.all_special_ids), before.report.replay_last_rerendered))
             generated = tok.encode(output + fam.eot, add_special_tokens=False)
-            segs = parse(fam, output, before.reasoning_started, before.parse_reasoning)
+            segs = parse(fam, output, before.engine.reasoning_started, before.report.parse_reasoning)
             if kept is not None:
-                assert kept.put(key_after(before.replay_prefix, kept_turn(segs)), before.token_ids,
+                assert kept.put(key_after(before.report.replay_prefix, kept_turn(segs)), before.engine.token_ids,
                                 generated).result(timeout=5)
-            last = (before.token_ids, generated)
+            last = (before.engine.token_ids, generated)
             history.assistant(segs)
             history.results(segs)
         final = pre.preprocess(history.request(), SCOPE)
-        reports.append(diagnose(last[0] + last[1], len(last[0]), final.token_ids, tok.decode,
-                                frozenset(tok.all_special_ids), final.replay_last_rerendered))
+        reports.append(diagnose(last[0] + last[1], len(last[0]), final.engine.token_ids, tok.decode,
+                                frozenset(tok.all_special_ids), final.report.replay_last_rerendered))
         return reports, final
     finally:
         pre._kept = None
@@ -110,8 +110,8 @@ def test_non_canonical_output_replays_exactly_with_kept_turns(make_preprocessor,
     reports, final = run(make_preprocessor, fam, api, splicing=True)
     for r in reports:
         assert r.reuse_ratio == 1.0 and r.cause is None, r.header()
-    assert dict(final.replay_outcomes).get("spliced", 0) >= 1
-    assert not final.replay_last_rerendered
+    assert dict(final.report.replay_outcomes).get("spliced", 0) >= 1
+    assert not final.report.replay_last_rerendered
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -119,7 +119,7 @@ def test_non_canonical_output_replays_exactly_with_kept_turns(make_preprocessor,
 def test_without_kept_turns_the_rerendered_output_diverges(make_preprocessor, name, api):
     fam = FAMILIES[name]
     reports, final = run(make_preprocessor, fam, api, splicing=False)
-    assert final.replay_last_rerendered
+    assert final.report.replay_last_rerendered
     assert any(r.reuse_ratio < 1.0 for r in reports), [r.header() for r in reports]
     for r in reports:
         if r.reuse_ratio < 1.0:
@@ -132,10 +132,10 @@ def test_templates_that_drop_reasoning_keep_their_choice(make_preprocessor, name
     placed, and the reasoning stays out of the prompt."""
     fam = FAMILIES[name]
     _, final = run(make_preprocessor, fam, "anthropic", splicing=True)
-    outcomes = dict(final.replay_outcomes)
+    outcomes = dict(final.report.replay_outcomes)
     assert outcomes.get("spliced", 0) == 0 and outcomes.get("template_changed", 0) >= 1, outcomes
     pre = make_preprocessor(fam.template, fam.specials, fam.reasoning, fam.policy, fam.tools)
-    text = pre._tok.decode(final.token_ids)
+    text = pre._tok.decode(final.engine.token_ids)
     assert "I should read a.py first" not in text
 
 
@@ -165,15 +165,15 @@ def test_any_spelling_of_a_turn_replays_as_generated(make_preprocessor, reasonin
         before = pre.preprocess(history.request(), SCOPE)
         generated = pre._tok.encode(output + fam.eot, add_special_tokens=False)
         assume(pre._tok.decode(generated) == output + fam.eot)  # text a model can write (the vocabulary spells it)
-        segs = parse(fam, output, before.reasoning_started, before.parse_reasoning)
-        kept.put(key_after(before.replay_prefix, kept_turn(segs)), before.token_ids, generated).result(timeout=5)
+        segs = parse(fam, output, before.engine.reasoning_started, before.report.parse_reasoning)
+        kept.put(key_after(before.report.replay_prefix, kept_turn(segs)), before.engine.token_ids, generated).result(timeout=5)
         history.assistant(segs)
         history.results(segs)
         after = pre.preprocess(history.request(), SCOPE)
-        expected = before.token_ids + generated
-        assert after.token_ids[: len(expected)] == expected
+        expected = before.engine.token_ids + generated
+        assert after.engine.token_ids[: len(expected)] == expected
         # Meaning unchanged: the placed tokens, decoded and parsed, are the content the client sent back.
-        placed = pre._tok.decode(after.token_ids[len(before.token_ids): len(expected) - 1])
+        placed = pre._tok.decode(after.engine.token_ids[len(before.engine.token_ids): len(expected) - 1])
         sent = next(t for t in history.request().conversation.turns if t.role == "assistant")
         assert assistant_content(kept_turn(parse(fam, placed, False)).blocks) == assistant_content(sent.blocks)
     finally:
