@@ -1,6 +1,6 @@
 """Small HTTP helpers every API handler uses: body parsing (decompressed, then into a pydantic model), SSE headers.
 
-Request ids are the server's own (serve/request_id.py); a client's x-request-id is never one."""
+Request ids are the server's own (ingress/middleware/request_id.py); a client's x-request-id is never one."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import orjson
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
+from agentserve.config import LimitsSpec
 from agentserve.protocol.errors import RequestError
 from agentserve.ingress.middleware.compression import decode_body
 from agentserve.ingress.middleware import limits
@@ -27,16 +28,15 @@ def describe_validation(errors: list[Any]) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
-async def parse_body(request: Request, model: type[M]) -> M:
-    spec = limits.current()
+async def parse_body(request: Request, model: type[M], spec: LimitsSpec) -> M:
+    """The body, read under `spec`'s size limits, decompressed, then validated into `model`."""
     raw = await limits.read_body(request, spec.max_body_bytes)
     raw = decode_body(raw, request.headers.get("content-encoding"), spec.max_decompressed_bytes)
-    return parse_json(raw, model)
+    return parse_json(raw, model, spec)
 
 
-def parse_json(raw: bytes | str, model: type[M]) -> M:
+def parse_json(raw: bytes | str, model: type[M], spec: LimitsSpec) -> M:
     """A JSON document (a decoded request body, or a WebSocket frame) into `model`, under the same body limits."""
-    spec = limits.current()
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

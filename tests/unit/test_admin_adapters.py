@@ -22,7 +22,7 @@ from agentserve.protocol.errors import RequestError
 from tests.unit.fake_handles import Method
 from agentserve.serve.adapter_registry import RuntimeAdapters
 from agentserve.ingress.context import IngressContext
-from agentserve.ingress.errors import error_response
+from agentserve.ingress.app import ROUTE_ENVELOPES
 from agentserve.ingress.handlers.admin_adapters import AdapterAdmin
 
 PATH = "/v1/admin/adapters"
@@ -109,7 +109,7 @@ def _load(ctx: IngressContext, body: Any) -> dict[str, Any]:
 def _refused(ctx: IngressContext, body: Any) -> tuple[int, dict[str, Any]]:
     with pytest.raises(RequestError) as info:
         asyncio.run(AdapterAdmin(ctx).load(_request(body)))
-    resp = error_response(PATH, info.value)
+    resp = ROUTE_ENVELOPES.response(PATH, info.value)
     return resp.status_code, orjson.loads(resp.body)["error"]
 
 
@@ -243,7 +243,7 @@ def test_any_body_is_loaded_or_refused_in_openais_envelope(body):
     try:
         out = _load(ctx, body)
     except RequestError as err:
-        status, payload = error_response(PATH, err).status_code, orjson.loads(error_response(PATH, err).body)
+        status, payload = ROUTE_ENVELOPES.response(PATH, err).status_code, orjson.loads(ROUTE_ENVELOPES.response(PATH, err).body)
         assert status in (400, 404), (status, payload)
         assert payload["error"]["type"] in ("invalid_request_error", "not_found_error") and payload["error"]["message"]
     else:

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from agentserve.config import LimitsSpec, ServeArgs
 from agentserve.protocol.errors import RequestError
 from agentserve.ingress.middleware.auth import AuthMiddleware, KeySet, current_identity, hash_key, keys_from_env, presented_key
-from agentserve.ingress.errors import register_envelope
+from agentserve.ingress.errors import Envelope, ErrorEnvelopes
 from agentserve.ingress.middleware.faults import ErrorBoundaryMiddleware, as_request_error
 from agentserve.ingress.middleware.limits import Limits, KeyLimiter, KeyLimitsMiddleware, check_body
 
@@ -23,7 +23,9 @@ def _anthropic_envelope(err: RequestError) -> dict:
     return {"type": "error", "error": {"type": f"{err.kind}_error", "message": err.message}}
 
 
-register_envelope("/v1/messages", _anthropic_envelope, lambda e: 529 if e.kind == "overloaded" else e.status)
+ENVELOPES = ErrorEnvelopes(
+    {"/v1/messages": Envelope(_anthropic_envelope, lambda e: 529 if e.kind == "overloaded" else e.status)}
+)
 
 
 def make_app(limits: LimitsSpec | None = None) -> FastAPI:
@@ -49,9 +51,10 @@ def make_app(limits: LimitsSpec | None = None) -> FastAPI:
         raise KeyError("bug")
 
     app.state.gate = gate
-    app.add_middleware(KeyLimitsMiddleware, limiter=KeyLimiter(Limits(limits or LimitsSpec())), identity=current_identity)
-    app.add_middleware(AuthMiddleware, keys=KeySet([hash_key(KEY)]))
-    app.add_middleware(ErrorBoundaryMiddleware)
+    app.add_middleware(KeyLimitsMiddleware, limiter=KeyLimiter(Limits(limits or LimitsSpec())), envelopes=ENVELOPES,
+                       identity=current_identity)
+    app.add_middleware(AuthMiddleware, keys=KeySet([hash_key(KEY)]), envelopes=ENVELOPES)
+    app.add_middleware(ErrorBoundaryMiddleware, envelopes=ENVELOPES)
     return app
 
 

@@ -22,6 +22,7 @@ from agentserve.config import ModelSpec
 from agentserve.protocol import ToolCallBlock
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.events import Finish, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
+from agentserve.ingress.errors import ErrorEnvelopes
 from agentserve.ingress.middleware.auth import AuthMiddleware, KeySet, current_identity, hash_key
 from agentserve.ingress.handlers.responses_socket import error_frame
 
@@ -118,7 +119,7 @@ def _app() -> FastAPI:
     async def root():
         return JSONResponse({"status": "ok"})
 
-    app.add_middleware(AuthMiddleware, keys=KeySet([hash_key("sk-1")]))
+    app.add_middleware(AuthMiddleware, keys=KeySet([hash_key("sk-1")]), envelopes=ErrorEnvelopes())
     return app
 
 

@@ -35,7 +35,7 @@ class AdapterAdmin:
         self._ctx = ctx
 
     async def load(self, request: Request) -> JSONResponse:
-        body = await parse_body(request, LoadAdapterRequest)
+        body = await parse_body(request, LoadAdapterRequest, self._ctx.args.limits)
         served = await self._ctx.lookup(body.model)
         if served.adapter is not None:
             raise RequestError(

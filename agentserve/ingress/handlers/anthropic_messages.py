@@ -23,7 +23,7 @@ from agentserve.preprocess.preamble import strip_anthropic_preamble
 from agentserve.protocol import Conversation
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 from agentserve.ingress.context import IngressContext
-from agentserve.ingress.errors import register_envelope
+from agentserve.ingress.errors import Envelope
 from agentserve.ingress.hints import with_hints
 from agentserve.ingress.http import parse_body
 from agentserve.ingress.lifecycle import ParseOptions
@@ -39,7 +39,7 @@ def _envelope(err: RequestError) -> dict[str, Any]:
     return anthropic_errors.error_body(err, current_request_id())
 
 
-register_envelope("/v1/messages", _envelope, anthropic_errors.status)
+ANTHROPIC_ENVELOPE = Envelope(_envelope, anthropic_errors.status)  # what the app answers /v1/messages* errors in
 
 
 def anthropic_error_response(err: RequestError) -> JSONResponse:
@@ -82,7 +82,7 @@ class AnthropicMessagesHandler:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise RequestError("too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
-        return await parse_body(request, schema)
+        return await parse_body(request, schema, self._ctx.args.limits)
 
     def _strip(self, conversation: Conversation, endpoint: str) -> Conversation:
         if not self._ctx.args.strip_anthropic_preamble:

@@ -48,7 +48,7 @@ class ChatCompletionsHandler:
         arrived = time.perf_counter()
         status, model_name = 200, "unknown"
         try:
-            body = await parse_body(request, chat_completions.ChatCompletionRequest)
+            body = await parse_body(request, chat_completions.ChatCompletionRequest, self._ctx.args.limits)
             served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
             model, model_name = served.model, served.id
             rid = self._ctx.request_id()

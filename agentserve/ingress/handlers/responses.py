@@ -165,7 +165,7 @@ class ResponsesHandler:
         arrived = time.perf_counter()
         status, model_name = 200, "unknown"
         try:
-            body = await parse_body(request, responses.ResponsesRequest)
+            body = await parse_body(request, responses.ResponsesRequest, self._ctx.args.limits)
             if body.generate is False:
                 raise RequestError(
                     "invalid_request", "generate: false is only accepted over the WebSocket transport", param="generate"
@@ -205,7 +205,7 @@ class ResponsesHandler:
     async def input_tokens(self, request: Request) -> Response:
         """POST /v1/responses/input_tokens: the prompt this request would render to, counted by the model's own
         tokenizer and template (tools, instructions and `previous_response_id` included)."""
-        body = await parse_body(request, responses.InputTokensRequest)
+        body = await parse_body(request, responses.InputTokensRequest, self._ctx.args.limits)
         if body.model is None:
             body = body.model_copy(update={"model": self._ctx.catalog.default.id})
         prep = await self.prepare(body, request.headers)

@@ -33,11 +33,10 @@ from agentserve.apis import responses
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.events import Finish, Usage
 from agentserve.ingress.middleware.auth import current_identity
-from agentserve.ingress.errors import error_parts
+from agentserve.ingress.errors import ErrorEnvelopes
 from agentserve.ingress.middleware.faults import as_request_error
 from agentserve.ingress.handlers.responses import PreparedResponse, ResponsesHandler
 from agentserve.ingress.http import parse_json
-from agentserve.ingress.middleware import limits
 from agentserve.ingress.middleware.limits import KeyLimiter
 
 logger = logging.getLogger("ray.serve")
@@ -78,7 +77,7 @@ class SocketWire:
 
 
 def error_frame(err: RequestError) -> str:
-    status, body, headers = error_parts(PATH, err)
+    status, body, headers = ErrorEnvelopes().parts(PATH, err)  # the Responses API speaks OpenAI's envelope
     frame: dict[str, Any] = {"type": "error", "status": status, **body}
     if headers:
         frame["headers"] = headers
@@ -88,9 +87,9 @@ def error_frame(err: RequestError) -> str:
 class ResponsesSocket:
     """One WebSocket connection: its frames answered in order, its recent responses remembered."""
 
-    def __init__(self, handler: ResponsesHandler, limiter: KeyLimiter | None = None) -> None:
+    def __init__(self, handler: ResponsesHandler, limiter: KeyLimiter) -> None:
         self._handler = handler
-        self._limiter = limiter or KeyLimiter()
+        self._limiter = limiter
 
     async def serve(self, ws: WebSocket) -> None:
         await ws.accept()
@@ -148,10 +147,11 @@ class ResponsesSocket:
             try:
                 if self._limiter.active():
                     held = await asyncio.to_thread(self._limiter.acquire, current_identity() or "")
-                cap = limits.current().max_body_bytes
+                spec = self._handler.ctx.args.limits
+                cap = spec.max_body_bytes
                 if len(text) > cap:  # a frame is a request body: the same cap
                     raise RequestError("too_large", f"request frame exceeds {cap} bytes")
-                body = parse_json(text, CreateFrame)
+                body = parse_json(text, CreateFrame, spec)
 
                 async def recall(response_id: str) -> list[Any] | None:
                     return remembered.get(response_id)

@@ -18,7 +18,7 @@ from typing import Iterable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentserve.protocol.errors import RequestError
-from agentserve.ingress.errors import error_response
+from agentserve.ingress.errors import ErrorEnvelopes
 
 ENV_VAR = "AGENTSERVE_API_KEYS"
 OPEN_PATHS = frozenset({"/", "/health", "/-/healthz", "/-/routes"})  # harness, load balancer and Serve probes
@@ -66,12 +66,9 @@ def caller_scope() -> str:
 
 
 class KeySet:
-    """The accepted key digests; filled once the ingress knows its config (the middleware exists before)."""
+    """The accepted key digests (empty: no authentication)."""
 
     def __init__(self, digests: Iterable[str] = ()) -> None:
-        self._digests = tuple(sorted(set(digests)))
-
-    def replace(self, digests: Iterable[str]) -> None:
         self._digests = tuple(sorted(set(digests)))
 
     def __bool__(self) -> bool:
@@ -87,25 +84,13 @@ class KeySet:
         return ok
 
 
-_ACTIVE = KeySet()
-
-
-def configure(digests: Iterable[str]) -> None:
-    """Set this process's accepted keys. A function on purpose: Serve pickles the ingress class and its app by
-    value, so objects it references are copies; module state reached through this module is not."""
-    _ACTIVE.replace(digests)
-
-
 class AuthMiddleware:
     """401 unless a configured key is presented; sets `current_identity()` for the rest of the request."""
 
-    def __init__(self, app: ASGIApp, keys: KeySet | None = None) -> None:
+    def __init__(self, app: ASGIApp, keys: KeySet, envelopes: ErrorEnvelopes) -> None:
         self.app = app
-        self._keys = keys  # tests pass their own; the ingress uses configure()
-
-    @property
-    def keys(self) -> KeySet:
-        return self._keys if self._keys is not None else _ACTIVE
+        self.keys = keys
+        self._envelopes = envelopes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -115,7 +100,7 @@ class AuthMiddleware:
         path = scope.get("path", "")
         if self.keys and path not in OPEN_PATHS and not self.keys.accepts(key):
             message = "invalid API key" if key is not None else "missing API key (x-api-key or Authorization: Bearer)"
-            resp = error_response(path, RequestError("authentication", message))
+            resp = self._envelopes.response(path, RequestError("authentication", message))
             resp.headers["www-authenticate"] = "Bearer"
             if scope["type"] == "http":
                 await resp(scope, receive, send)

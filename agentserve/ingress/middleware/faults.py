@@ -14,7 +14,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentserve.protocol.errors import RequestError
-from agentserve.ingress.errors import error_response
+from agentserve.ingress.errors import ErrorEnvelopes
 
 logger = logging.getLogger("ray.serve")
 
@@ -43,8 +43,9 @@ def as_request_error(exc: BaseException) -> RequestError:
 class ErrorBoundaryMiddleware:
     """Any exception before the response started becomes an error response in the path's envelope."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, envelopes: ErrorEnvelopes) -> None:
         self.app = app
+        self._envelopes = envelopes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,4 +71,4 @@ class ErrorBoundaryMiddleware:
                 logger.exception("unhandled error on %s", scope.get("path"))
             else:
                 logger.warning("transient failure on %s: %r", scope.get("path"), exc)
-            await error_response(scope.get("path", ""), err)(scope, receive, send)
+            await self._envelopes.response(scope.get("path", ""), err)(scope, receive, send)

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentserve.config import LimitsSpec, StateSpec
 from agentserve.protocol.errors import RequestError
-from agentserve.ingress.errors import error_response
+from agentserve.ingress.errors import ErrorEnvelopes
 from agentserve.state import StateBackend, open_backend
 
 logger = logging.getLogger("ray.serve")
@@ -38,7 +38,7 @@ _PRUNE_EVERY_S = 300.0  # how often an ingress sweeps expired leases and idle bu
 
 
 class Limits:
-    """The configured LimitsSpec and state backend, set by the ingress at start (the middleware exists first).
+    """The configured LimitsSpec and the state backend its per-key usage lives in.
 
     state None: per-key usage is kept in an in-memory database of this process only (unit use).
     """
@@ -46,22 +46,6 @@ class Limits:
     def __init__(self, spec: LimitsSpec | None = None, state: StateSpec | None = None) -> None:
         self.spec = spec or LimitsSpec()
         self.state = state
-
-    def replace(self, spec: LimitsSpec, state: StateSpec | None = None) -> None:
-        self.spec = spec
-        self.state = state
-
-
-LIMITS = Limits()
-
-
-def configure(spec: LimitsSpec, state: StateSpec | None = None) -> None:
-    """Set this process's limits (a function, not an object the ingress holds: see auth.configure)."""
-    LIMITS.replace(spec, state)
-
-
-def current() -> LimitsSpec:
-    return LIMITS.spec
 
 
 # -- body size and shape ----------------------------------------------------------------------------------
@@ -156,11 +140,11 @@ class KeyLimiter:
 
     def __init__(
         self,
-        limits: Limits | None = None,
+        limits: Limits,
         clock: Callable[[], float] = time.time,  # wall clock: other processes read the same rows
         backend: StateBackend | None = None,  # None: opened from limits.state on first use
     ) -> None:
-        self._limits = limits if limits is not None else LIMITS
+        self._limits = limits
         self._clock = clock
         self._fixed_backend = backend
         self._backend: StateBackend | None = None
@@ -279,11 +263,18 @@ class KeyLimiter:
 class KeyLimitsMiddleware:
     """Per-key limits on generation POSTs; the slot is held until the response (stream included) ends."""
 
-    def __init__(self, app: ASGIApp, limiter: KeyLimiter | None = None, identity: Callable[[], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: KeyLimiter,
+        envelopes: ErrorEnvelopes | None = None,
+        identity: Callable[[], str | None] | None = None,
+    ) -> None:
         from agentserve.ingress.middleware.auth import current_identity
 
         self.app = app
-        self.limiter = limiter or KeyLimiter()  # reads the module's LIMITS when called, set by configure()
+        self.limiter = limiter
+        self._envelopes = envelopes or ErrorEnvelopes()
         self.identity = identity or current_identity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -301,7 +292,7 @@ class KeyLimitsMiddleware:
         try:
             held = await asyncio.shield(acquiring)
         except RequestError as err:
-            await error_response(path, err)(scope, receive, send)
+            await self._envelopes.response(path, err)(scope, receive, send)
             return
         except asyncio.CancelledError:
             # The client left while the database answered: give back whatever the thread still grants.

@@ -30,7 +30,7 @@ from agentserve.apis.responses.schema import ResponsesRequest
 from agentserve.apis.responses.sealing import Sealer
 from agentserve.preprocess.placement import Placement, probe_placement
 from agentserve.protocol.errors import RequestError
-from agentserve.ingress.errors import error_response
+from agentserve.ingress.app import ROUTE_ENVELOPES
 
 VL2 = Path(vllm.__file__).parent / "transformers_utils" / "chat_templates" / "template_deepseek_vl2.jinja"
 SIGNER = ThinkingSigner("test-secret")
@@ -193,10 +193,10 @@ def test_a_template_that_still_raises_is_a_400_with_its_message(preprocessor):
         text(pre, codex([{"type": "message", "role": "user", "content": "list files"}, *items]))
     err = caught.value
     assert err.status == 400 and "Conversation roles must alternate" in err.message
-    resp = error_response("/v1/messages", err)  # Anthropic's envelope through the Messages API
+    resp = ROUTE_ENVELOPES.response("/v1/messages", err)  # Anthropic's envelope through the Messages API
     assert resp.status_code == 400
     assert b'"type":"invalid_request_error"' in resp.body and b"Conversation roles must alternate" in resp.body
-    resp = error_response("/v1/responses", err)  # OpenAI's through the Responses API
+    resp = ROUTE_ENVELOPES.response("/v1/responses", err)  # OpenAI's through the Responses API
     assert resp.status_code == 400 and b"Conversation roles must alternate" in resp.body
 
 
