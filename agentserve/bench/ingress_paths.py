@@ -2,8 +2,8 @@
 replica's own port (Serve's direct ingress, no front at all) and Serve's Python proxy actor (HAProxy keeps it as its
 backup server; the front with RAY_SERVE_ENABLE_HA_PROXY=0).
 
-    .venv/bin/python scripts/bench_ingress_paths.py   # docs/benchmarks/ingress_paths.{json,png}
-    .venv/bin/python scripts/bench_ingress_paths.py --quick
+    agentserve bench ingress-paths   # docs/benchmarks/ingress_paths.{json,png}
+    agentserve bench ingress-paths --quick
 
 One graph with the scripted engine (first token at once), started as the tests start theirs (the shipped Ray/Serve
 environment, agentserve/serve/ray_env.py); sequential requests (c=1) per API, rotating over the three paths request
@@ -15,23 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import sys
-import time
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bench_client import prioritize_client  # noqa: E402
-from bench_serving_overhead import APIS, ARGS, one, summary  # noqa: E402
-from tests.conftest import running_graph  # noqa: E402
+from agentserve.bench import conditions, results
+from agentserve.bench.graph import running_graph
+from agentserve.bench.serving_overhead import APIS, ARGS, one
+from agentserve.bench.stats import summary
 
 
 def listening_ports(marker: str) -> list[int]:
@@ -77,11 +72,7 @@ async def measure(paths: dict[str, str], rounds: int) -> dict[str, dict[str, lis
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = results.pyplot()
     fig, axes = plt.subplots(1, len(APIS), figsize=(4 * len(APIS), 3.6), sharey=True)
     for ax, api in zip(axes, APIS):
         names = list(doc["summary"][api])
@@ -95,31 +86,32 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     axes[0].legend()
     fig.suptitle("One graph, three ways in (c=1, interleaved)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    results.save_figure(fig, path, dpi=110)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench ingress-paths", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=150, help="requests per path and API (after one warm-up round)")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "ingress_paths"))
-    a = ap.parse_args()
-    client_scheduling = prioritize_client()
+    ap.add_argument("--quick", action="store_true", help="10 rounds, written to a temporary directory unless --out")
+    ap.add_argument("--out", default=None, help="output path without suffix (default docs/benchmarks/ingress_paths)")
+    a = ap.parse_args(argv)
+    client_scheduling = conditions.prioritize_client()
     rounds = 10 if a.quick else a.rounds
-    out = Path("/tmp/ingress_paths" if a.quick else a.out)
+    out = Path(a.out or (Path(tempfile.gettempdir()) / "ingress_paths" if a.quick else results.out_path("ingress_paths")))
     with running_graph(ARGS) as url:
         replica = listening_ports("ServeReplica:agentserve:Ingress")
         proxy = [p for p in listening_ports("ProxyActor") if speaks_http(p)]  # not its gRPC port
         if not replica or not proxy:
             raise SystemExit(f"direct ingress ports not found (replica {replica}, proxy {proxy}): is RAY_SERVE_ENABLE_HA_PROXY=0 set?")
         paths = {"haproxy": url, "direct": f"http://127.0.0.1:{replica[0]}", "python_proxy": f"http://127.0.0.1:{proxy[0]}"}
-        load0 = os.getloadavg()
+        load0 = conditions.loadavg(None)
         raw = asyncio.run(measure(paths, rounds))
-        load1 = os.getloadavg()
+        load1 = conditions.loadavg(None)
     doc = {
         "benchmark": "ingress paths: HAProxy vs direct ingress vs Serve's Python proxy (scripted engine, c=1)",
-        "command": "python scripts/bench_ingress_paths.py " + " ".join(sys.argv[1:]),
-        "conditions": {"client_scheduling": client_scheduling, "git": os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip(),
+        "command": results.command("ingress-paths", argv),
+        "conditions": {"client_scheduling": client_scheduling, "git": conditions.git_head(),
                        "loadavg_1_5_15_start": load0, "loadavg_1_5_15_end": load1, "cpus": os.cpu_count(),
                        "warm_up": "first round of each API excluded", "paths": paths,
                        "interleaving": "request by request, rotating which path goes first"},
@@ -130,8 +122,7 @@ def main() -> None:
     for api, per in doc["summary"].items():
         for name, s in per.items():
             print(f"{api:10s} {name:13s} {s['n']:4d} {s['p50']:7.1f} {s['p90']:7.1f} {s.get('p99', float('nan')):7.1f}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    results.write_json(out.with_suffix(".json"), doc, indent=1, newline=False)
     plot(doc, out.with_suffix(".png"))
     print(f"wrote {out}.json and .png")
 

@@ -1,7 +1,7 @@
 """The serving layer's own latency: the real graph with the scripted engine (no model compute, itl 0).
 
-    .venv/bin/python scripts/bench_serving_overhead.py            # writes docs/benchmarks/serving_overhead.{json,png}
-    .venv/bin/python scripts/bench_serving_overhead.py --quick    # a smoke run
+    agentserve bench serving-overhead            # writes docs/benchmarks/serving_overhead.{json,png}
+    agentserve bench serving-overhead --quick    # a smoke run
 
 TTFT here is what the graph adds: the scripted engine answers its first token at once (its own TTFT is the
 `engine_ttft_ms` column: well under a millisecond), so the client's time to the first content event is the
@@ -15,22 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from agentserve.serve import ray_env  # noqa: E402
-from bench_client import prioritize_client  # noqa: E402
-from tests.conftest import running_graph  # noqa: E402
+from agentserve.bench import client as sse
+from agentserve.bench import conditions, results
+from agentserve.bench.graph import running_graph
+from agentserve.bench.stats import summary
+from agentserve.serve import ray_env
 
 REPLY = "<think>Short thought.</think>Hello there friend, this is the answer."
 # c=64 runs 64 streams that each last about 2 s (100 tokens at 20 ms), as agent turns do, and measures what the graph
@@ -44,53 +40,26 @@ ARGS = {
                "rules": [{"match": "streaming ", "reply": STREAMING, "itl_ms": 20}, {"match": "", "reply": REPLY}]},
     "model": {"aliases": ["smollm2", "claude-smollm2"]},
 }
-APIS = ("chat", "anthropic", "responses")
-# The first content event of each API: reasoning for the instant reply, text for the streamed one.
-MARKERS = {
-    "chat": (b'"reasoning_content"', b'"content":" word'),
-    "anthropic": (b"thinking_delta", b"text_delta"),
-    "responses": (b"response.reasoning", b"response.output_text.delta"),
-}
+APIS = sse.APIS
+# The first content event of each request: reasoning for the instant reply, text for the streamed one.
+FIRST = {"": ("reasoning",), "streaming ": ("text",)}
 
 
-def body(api: str, n: int, kind: str = "") -> tuple[str, dict[str, Any], bytes]:
-    """(path, body, marker of the first content event) for request number n (unique text: no cache reuse)."""
+def body(api: str, n: int, kind: str = "") -> tuple[str, dict[str, Any]]:
+    """(path, body) for request number n (unique text: no cache reuse)."""
     text = f"{kind}request {n} at {time.time()}"
-    marker = MARKERS[api][1 if kind else 0]
-    if api == "anthropic":
-        return "/v1/messages", {"model": "claude-smollm2", "max_tokens": 256, "stream": True,
-                                "messages": [{"role": "user", "content": text}]}, marker
-    if api == "responses":
-        return "/v1/responses", {"model": "smollm2", "stream": True, "input": text, "store": False}, marker
-    return "/v1/chat/completions", {"model": "smollm2", "stream": True,
-                                    "messages": [{"role": "user", "content": text}]}, marker
+    model = "claude-smollm2" if api == "anthropic" else "smollm2"
+    return sse.request(api, text, model=model, max_tokens=256 if api == "anthropic" else None)
 
 
 async def one(c: httpx.AsyncClient, api: str, n: int, kind: str = "") -> float:
-    path, payload, marker = body(api, n, kind)
-    t = time.perf_counter()
-    ttft = None
-    async with c.stream("POST", path, json=payload) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"{api}: {r.status_code} {await r.aread()!r}")
-        async for chunk in r.aiter_bytes():
-            if ttft is None and marker in chunk:
-                ttft = (time.perf_counter() - t) * 1000
+    """Time to the first content event of one streamed request, ms."""
+    path, payload = body(api, n, kind)
+    r = await sse.stream(c, api, path, payload)
+    ttft = r.ttft(FIRST[kind])
     if ttft is None:
         raise RuntimeError(f"{api}: no content event")
-    return ttft
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def summary(xs: list[float]) -> dict[str, float]:
-    out = {"n": len(xs), "p50": pct(xs, 0.5), "p90": pct(xs, 0.9)}
-    if len(xs) >= 100:
-        out["p99"] = pct(xs, 0.99)
-    return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+    return ttft * 1000
 
 
 async def run_level(url: str, api: str, concurrency: int, per_client: int, kind: str = "") -> tuple[list[float], float]:
@@ -120,12 +89,12 @@ def router_calls(app: str = APP) -> dict[str, int]:
     return serve.get_deployment_handle("Router", app).stats.remote().result(timeout_s=10)["calls"]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench serving-overhead", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "serving_overhead.json"))
-    a = ap.parse_args()
-    client_scheduling = prioritize_client()
+    ap.add_argument("--out", default=str(results.out_path("serving_overhead.json")))
+    a = ap.parse_args(argv)
+    client_scheduling = conditions.prioritize_client()
     n1, per64 = (40, 2) if a.quick else (300, 4)
     results: dict[str, Any] = {}
     with running_graph(ARGS, name=APP) as url:
@@ -148,27 +117,21 @@ def main() -> None:
                 t = time.perf_counter()
                 c.get("/v1/models")
                 models.append((time.perf_counter() - t) * 1000)
-    load = os.getloadavg()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {
-        "command": "python scripts/bench_serving_overhead.py" + (" --quick" if a.quick else ""),
-        "conditions": {"loadavg": load, "git_head": head, "cpus": os.cpu_count(), "client_scheduling": client_scheduling,
-                       "ray_serve_env": {**ray_env.SERVE_ENV, **{k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}}},
+        "command": results.command("serving-overhead", argv),
+        "conditions": conditions.snapshot(client_scheduling=client_scheduling, ray_serve_env={
+            **ray_env.SERVE_ENV, **{k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}}),
         "ttft_ms": results,
         "proxy_only_models_ms": summary(models),
         "router_calls_per_request": calls,
         "note": "scripted engine, itl 0: TTFT is the serving layer's own cost; warm-up round excluded",
     }
-    Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
+    results.write_json(a.out, doc)
     plot(doc, Path(a.out).with_suffix(".png"))
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = results.pyplot()
     keys = list(doc["ttft_ms"])
     fig, ax = plt.subplots(figsize=(8, 4))
     x = range(len(keys))
@@ -180,7 +143,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     ax.set_title("Serving-layer overhead, scripted engine (no model compute)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    results.save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":
