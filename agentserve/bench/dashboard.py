@@ -5,7 +5,7 @@ sessions against it, scrapes Ray's metrics endpoint (what Prometheus scrapes on 
 ingress's /metrics every few seconds, and plots the dashboard's panels from those scrapes with the same
 arithmetic as its PromQL (rates of counters, quantiles of bucket deltas, ratios of rates).
 
-    .venv/bin/python scripts/dashboard_snapshot.py [--seconds 60] [--out docs/dashboard.png]
+    agentserve bench dashboard [--seconds 60] [--out docs/dashboard.png]
 """
 
 from __future__ import annotations
@@ -20,13 +20,17 @@ import time
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentserve.bench import client as sse
+from agentserve.bench import results
+from agentserve.ports import free_port
+
+ROOT = results.REPO
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
-import httpx  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 TOOL = {"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}
 RULES = [
@@ -57,11 +61,8 @@ def session(url: str, sid: int, stop: threading.Event) -> None:
         body = {"model": "smollm2", "messages": messages, "tools": [TOOL], "stream": True}
         text = ""
         try:
-            with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
-                for line in r.iter_lines():
-                    if line.startswith("data: {"):
-                        for choice in json.loads(line[6:]).get("choices") or []:
-                            text += (choice.get("delta") or {}).get("content") or ""
+            with httpx.Client(timeout=120) as c:
+                text = sse.stream_sync(c, "chat", f"{url}/v1/chat/completions", body, raise_on_error=False).text
         except Exception as exc:  # noqa: BLE001 - a load generator keeps going
             print(f"session {sid}: {exc!r}", flush=True)
         messages.append({"role": "assistant", "content": text or "ok"})
@@ -73,8 +74,6 @@ def session(url: str, sid: int, stop: threading.Event) -> None:
 def run(seconds: float, sessions: int) -> list[tuple[float, Sample]]:
     import ray
     from ray import serve
-
-    from tests.conftest import free_port
 
     port, mport = free_port(), free_port()
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _metrics_export_port=mport)
@@ -194,10 +193,7 @@ def short(replica: str) -> str:
 
 
 def plot(scrapes, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     p = "ray_agentserve_"
     panels = [
@@ -235,17 +231,19 @@ def plot(scrapes, out: Path) -> None:
     fig.suptitle("agentserve dashboard metrics from a local run (scripted engines x2, Ray metrics endpoint)")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
+    results.save_figure(fig, out, dpi=80)
     print(f"wrote {out}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentserve bench dashboard")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--sessions", type=int, default=6)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "dashboard.png")
+    # docs/dashboard.png (OPERATIONS.md shows it), or dashboard.png in --out-dir / $AGENTSERVE_BENCH_OUT
+    default = results.out_path("dashboard.png") if os.environ.get(results.OUT_ENV) else ROOT / "docs" / "dashboard.png"
+    ap.add_argument("--out", type=Path, default=default)
     ap.add_argument("--dump", type=Path, default=None, help="also write the raw scrapes as JSON")
-    ns = ap.parse_args()
+    ns = ap.parse_args(argv)
     scrapes = run(ns.seconds, ns.sessions)
     if ns.dump:
         ns.dump.write_text(json.dumps([[t, [[k[0], k[1], v] for k, v in s.items()]] for t, s in scrapes]))
@@ -254,4 +252,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

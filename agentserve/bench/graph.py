@@ -20,10 +20,18 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from agentserve.ports import free_port
 
-__all__ = ["free_port", "running_graph", "running_graphs", "wait_for"]
+__all__ = ["GraphURL", "free_port", "running_graph", "running_graphs", "wait_for"]
 
 T = TypeVar("T")
 _graph_running: list[str] = []
+
+
+class GraphURL(str):
+    """The graph's base URL, with how long its applications took to deploy (`serve.run` of all of them, after Ray
+    and Serve were up): `deploy_s`; from Serve's start to the last application deployed: `serve_s`."""
+
+    deploy_s: float = 0.0
+    serve_s: float = 0.0
 
 
 def _args_dict(args: Any) -> dict[str, Any] | None:
@@ -41,7 +49,7 @@ def running_graphs(
     http_options: dict[str, Any] | None = None,
     shipped_env: bool = True,
     num_cpus: int = 8,
-) -> Iterator[str]:
+) -> Iterator[GraphURL]:
     """Start Ray and Serve, deploy each `name: (args, route_prefix)`, yield the base URL (no prefix), tear down.
 
     One graph at a time per process: a second `serve.run` of the same app name would silently replace the first
@@ -64,10 +72,15 @@ def running_graphs(
         init.update(ignore_reinit_error=True, runtime_env={"env_vars": ray_env.beside_others()})
     ray.init(**init)
     try:
+        t_serve = time.perf_counter()
         serve.start(http_options={"host": "127.0.0.1", "port": port, **(http_options or {})})
+        t0 = time.perf_counter()
         for name, (args, prefix) in apps.items():
             serve.run(build_app(_args_dict(args)), name=name, route_prefix=prefix)
-        yield f"http://127.0.0.1:{port}"
+        url = GraphURL(f"http://127.0.0.1:{port}")
+        url.deploy_s = time.perf_counter() - t0
+        url.serve_s = time.perf_counter() - t_serve
+        yield url
     finally:
         _graph_running.clear()
         serve.shutdown()
@@ -77,7 +90,7 @@ def running_graphs(
 @contextmanager
 def running_graph(
     args: Any, *, name: str = "agentserve", http_options: dict[str, Any] | None = None, shipped_env: bool = True
-) -> Iterator[str]:
+) -> Iterator[GraphURL]:
     """Start Ray, deploy build_app(args) through Serve at `/`, yield the base URL, tear everything down."""
     with running_graphs({name: (args, "/")}, http_options=http_options, shipped_env=shipped_env) as url:
         yield url

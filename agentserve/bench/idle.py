@@ -437,10 +437,7 @@ def grouped_cores(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     runs = result["runs"]
     names = list(runs)

@@ -27,7 +27,7 @@ After the load stops it checks the router's leases (every replica's `in_flight` 
 that expired instead of being released), that no engine request is left running, and that every response the chain
 stored is still served. Results: docs/benchmarks/load_test.json and .png.
 
-    .venv/bin/python scripts/load_test.py          # --duration 60 --concurrency 48; --duration 15 to try it
+    agentserve bench load-test          # --duration 60 --concurrency 48; --duration 15 to try it
 """
 
 from __future__ import annotations
@@ -46,14 +46,17 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+import sys
+from typing import Any, Sequence
 
+import httpx
+
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import P99_MIN_SAMPLES, percentile
 from agentserve.ports import free_port
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import httpx  # noqa: E402
 
 APP = "loadtest"
 APIS = ("anthropic", "responses", "chat")
@@ -468,7 +471,7 @@ async def kill_engine(at: float, kills: list[dict[str, Any]], t0: float) -> None
 
 async def sample_load(samples: list[tuple[float, float]], t0: float, deadline: float) -> None:
     while time.monotonic() < deadline:
-        samples.append((round(time.monotonic() - t0, 1), os.getloadavg()[0]))
+        samples.append((round(time.monotonic() - t0, 1), conditions.loadavg(None)[0]))
         await asyncio.sleep(5.0)
 
 
@@ -485,29 +488,26 @@ def settle(a: argparse.Namespace, trace: list[tuple[float, int, int]]) -> tuple[
 
 
 def pct(xs: list[float], p: float) -> float | None:
-    if not xs:
+    """The shared percentile of samples in seconds, in ms; None without samples (p99: under 100 samples)."""
+    if not xs or (p == 99 and len(xs) < P99_MIN_SAMPLES):
         return None
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(p / 100 * len(xs)))] * 1000, 1)
+    return round(percentile(xs, p) * 1000, 1)
 
 
 def git_head() -> dict[str, Any]:
     """The commit, and any uncommitted changes to the serving code in the tree that ran (others may be editing it)."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.rstrip()
+        return subprocess.run(["git", *args], cwd=results.REPO, capture_output=True, text=True).stdout.rstrip()
 
     try:
-        dirty = [line[3:] for line in git("status", "--porcelain", "--", "agentserve", "scripts/load_test.py").splitlines()]
+        dirty = [line[3:] for line in git("status", "--porcelain", "--", "agentserve").splitlines()]
         return {"commit": git("rev-parse", "--short", "HEAD").strip(), "uncommitted": dirty}
     except OSError:
         return {"commit": "unknown", "uncommitted": []}
 
 
 def plot(st: Stats, ch: Chain, kills: list[dict[str, Any]], duration: float, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.4), gridspec_kw={"width_ratios": [2.2, 1.2, 1.4]})
     bins = max(1, int(duration / 2) + 5)
@@ -553,11 +553,11 @@ def plot(st: Stats, ch: Chain, kills: list[dict[str, Any]], duration: float, out
     ax3.set_title("latency of admitted, completed requests")
     ax3.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    results.save_figure(fig, out, dpi=110)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench load-test", description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of load")
     ap.add_argument("--concurrency", type=int, default=48, help="concurrent clients (capacity is replicas x max-in-flight)")
     ap.add_argument("--replicas", type=int, default=2, help="engine replicas")
@@ -580,8 +580,8 @@ def main() -> None:
     ap.add_argument("--max-backoff-s", type=float, default=1.0)
     ap.add_argument("--settle-s", type=float, default=45.0, help="after the load, wait at most this long for 0 in flight")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="docs/benchmarks/load_test")
-    a = ap.parse_args()
+    ap.add_argument("--out", default=str(results.out_path("load_test")), help="output path without suffix")
+    a = ap.parse_args(argv)
     a.stages = [s for s in a.stages.split(",") if s]
     if set(a.stages) - set(STAGES):
         ap.error(f"--stages: choose from {', '.join(STAGES)}")
@@ -594,7 +594,7 @@ def main() -> None:
 
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="agentserve-loadtest-")
-    load_before = os.getloadavg()
+    load_before = conditions.loadavg(None)
     # A cluster of this process's own (never one already running on the machine); the declarative config API.
     from agentserve.serve import ray_env
 
@@ -641,7 +641,7 @@ def main() -> None:
         started = time.monotonic()
         asyncio.run(run())
         wall = time.monotonic() - started
-        load_after = os.getloadavg()
+        load_after = conditions.loadavg(None)
 
         settle_trace: list[tuple[float, int, int]] = []
         router, settled_s = settle(a, settle_trace)
@@ -721,8 +721,7 @@ def main() -> None:
             "completed_per_s": round(o["completed"] / a.duration, 2),
         }
         out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        results.write_json(out.with_suffix(".json"), result)
         plot(st, ch, kills, a.duration, out.with_suffix(".png"))
         print(json.dumps({k: v for k, v in result.items() if k not in ("config", "conditions")}, indent=2))
         ok = (o["lost"] == 0 and chain_lost == 0 and left_running == 0 and result["leaked_slots"] == 0
@@ -739,4 +738,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

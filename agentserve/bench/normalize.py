@@ -3,23 +3,25 @@
 Renders 5-turn sessions with the real template and tokenizer (no engine: reuse is exact token arithmetic, the
 prefix doctor's), with normalization off and on, for a client that keeps its tool order and one that shuffles it.
 
-    .venv/bin/python scripts/bench_normalize.py      # prints a table, writes docs/benchmarks/normalize.{json,png}
+    agentserve bench normalize      # prints a table, writes docs/benchmarks/normalize.{json,png}
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import random
-import statistics
+import sys
 from pathlib import Path
+from typing import Sequence
 
+from agentserve.bench import results
+from agentserve.bench.stats import p50
 from agentserve.config import ModelSpec
 from agentserve.doctor import SessionTracker
 from agentserve.prepare_model import prepare_model
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import Conversation, TextBlock, ToolCallBlock, ToolResultBlock, ToolSpec, Turn
 
-OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 TOOLS = [
     ToolSpec(name=f"tool_{i}", description=f"Tool number {i} " * 6,
              parameters={"type": "object", "properties": {"arg": {"type": "string"}}})
@@ -55,7 +57,10 @@ def session(pre: Preprocessor, shuffle: bool, seed: int, turns: int = 5) -> list
     return ratios
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench normalize", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out-dir", type=Path, default=None, help="default docs/benchmarks/")
+    out = ap.parse_args(argv).out_dir or results.out_dir()
     path = str(prepare_model())
     rows = []
     for sort in (False, True):
@@ -63,17 +68,13 @@ def main() -> None:
         for shuffle in (False, True):
             ratios = [r for seed in range(20) for r in session(pre, shuffle, seed)]
             rows.append({"normalize_sort_tools": sort, "client_shuffles_tools": shuffle,
-                         "reuse_median": statistics.median(ratios), "reuse_min": min(ratios), "turns": len(ratios)})
+                         "reuse_median": p50(ratios), "reuse_min": min(ratios), "turns": len(ratios)})
     print(f"{'sort_tools':<11} {'client shuffles':<16} {'reuse median':>12} {'reuse min':>10}")
     for r in rows:
         print(f"{str(r['normalize_sort_tools']):<11} {str(r['client_shuffles_tools']):<16} "
               f"{r['reuse_median']:>12.3f} {r['reuse_min']:>10.3f}")
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "normalize.json").write_text(json.dumps(rows, indent=2))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    results.write_json(out / "normalize.json", rows, newline=False)
+    plt = results.pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     labels = [f"sort={'on' if r['normalize_sort_tools'] else 'off'}\n{'shuffled' if r['client_shuffles_tools'] else 'stable'} tools" for r in rows]
@@ -82,8 +83,8 @@ def main() -> None:
     ax.set_ylim(0, 1.05)
     ax.set_title("Tool-order normalization and prefix reuse")
     fig.tight_layout()
-    fig.savefig(OUT / "normalize.png", dpi=120)
+    results.save_figure(fig, out / "normalize.png", dpi=120)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

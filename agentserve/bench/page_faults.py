@@ -6,22 +6,21 @@ it; then frees everything and times one more chunk. Start-ups that allocate a KV
 torch.zeros of `kv_cache_gib`) pay this rate, so a contender that starts with less free memory can pay more for
 the same allocation (docs/BENCHMARKS.md, "At rest and start-up").
 
-    .venv/bin/python scripts/probe_page_faults.py [--gib 14] [--out docs/benchmarks/page_faults.json]
+    agentserve bench page-faults [--gib 14] [--out docs/benchmarks/page_faults.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import resource
 import sys
 import time
-from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from agentserve.bench import results
 GIB = 1 << 30
 
 
@@ -44,12 +43,12 @@ def touch_one() -> dict[str, float]:
             "faults_per_s": round(faults / seconds), "chunk": chunk}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentserve bench page-faults", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gib", type=int, default=14)
     ap.add_argument("--floor-gib", type=float, default=3.0, help="never leave less MemAvailable than this")
-    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/page_faults.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(results.out_path("page_faults.json")))
+    args = ap.parse_args(argv)
     held, rows = [], []
     for _ in range(args.gib):
         if meminfo()["MemAvailable"] - GIB < args.floor_gib * GIB:
@@ -63,11 +62,11 @@ def main() -> int:
     again = touch_one()
     again.pop("chunk")
     print(f"after freeing them: MemFree {again['mem_free_before_gib']:.2f} GiB  {again['seconds']:.2f} s", flush=True)
-    doc = {"command": " ".join(sys.argv), "machine": platform.platform(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    doc = {"command": results.command("page-faults", argv), "machine": platform.platform(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "chunks": rows, "after_free": again}
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    results.write_json(args.out, doc)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@ N goes from 1K to 32K tokens. Deltas come from the SmolLM2 tokenizer (offsets of
 <think>, </think>, <tool_call>, </tool_call> added as special tokens because vLLM's parsers look them up by id.
 Only the parser calls are timed (the harness's own string/list bookkeeping is not).
 
-    .venv/bin/python scripts/bench_parsers.py [--sizes 1024,2048,...] [--out docs/benchmarks/parsers.json]
+    agentserve bench parsers [--sizes 1024,2048,...] [--out docs/benchmarks/parsers.json]
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from agentserve.bench import results
+from agentserve.parsers import StreamParser
 
-from agentserve.parsers import StreamParser  # noqa: E402
+ROOT = results.REPO
 
 MODEL_DIR = Path(os.path.expanduser("~/.cache/agentserve/models/smollm2-135m-instruct"))
 TAIL = 512  # per-delta cost is the mean over the last TAIL deltas of a stream
@@ -134,13 +135,13 @@ def vllm_reasoning(outs) -> str:
     return "".join(o.reasoning or "" for o in outs if o is not None)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench parsers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1024,2048,4096,8192,16384,32768")
-    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/parsers.json"))
-    ap.add_argument("--png", default=str(ROOT / "docs/benchmarks/parsers.png"))
+    ap.add_argument("--out", default=str(results.out_path("parsers.json")))
+    ap.add_argument("--png", default=str(results.out_path("parsers.png")))
     ap.add_argument("--runs", type=int, default=3, help="repeats per measurement; the fastest is kept")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
     import logging
@@ -201,8 +202,7 @@ def main() -> None:
         "rows": rows,
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    results.write_json(args.out, result)
     print_table(rows)
     plot(rows, args.png)
     print(f"\nwrote {args.out} and {args.png} in {result['wall_s']} s")
@@ -242,10 +242,7 @@ def print_table(rows) -> None:
 
 
 def plot(rows, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -267,8 +264,8 @@ def plot(rows, path: str) -> None:
     axes[1].legend(fontsize=7, loc="upper left")
     fig.suptitle("agentserve.parsers vs vLLM streaming parsers (one token per delta)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    results.save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

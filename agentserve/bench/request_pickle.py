@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: what a request costs to cross a replica boundary, by prompt length and conversation length.
 
-    .venv/bin/python scripts/bench_request_pickle.py [--tokens 1000,4000,20000,100000] [--turns 10,50,150,300]
+    agentserve bench request-pickle [--tokens 1000,4000,20000,100000] [--turns 10,50,150,300]
 
 Serve serializes a handle call's arguments and results (cloudpickle by default; agentserve's handles ask for plain
 pickle) and unpickles them with pickle. On every request's critical path the conversation crosses once (Ingress ->
@@ -23,22 +22,15 @@ import json
 import os
 import pickle
 import random
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT = ROOT / "docs" / "benchmarks" / "request_pickle"
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import summary
+
 VOCABS = {"smollm2": 49_152, "qwen3": 151_936}
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def _pickle_dumps(obj) -> bytes:
@@ -116,12 +108,14 @@ def timed(req, samples: int, dumps, warmup: int = 20) -> dict[str, list[float]]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench request-pickle", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", default="1000,4000,20000,100000")
     ap.add_argument("--turns", default="10,50,150,300")
     ap.add_argument("--samples", type=int, default=300)
-    a = ap.parse_args()
+    ap.add_argument("--out", default=None, help="output path without suffix (default docs/benchmarks/request_pickle)")
+    a = ap.parse_args(argv)
+    out = Path(a.out) if a.out else results.out_path("request_pickle")
     from ray import cloudpickle
 
     rng = random.Random(0)
@@ -137,22 +131,22 @@ def main() -> None:
         rows.append(compare(
             {"message": "GenerationRequest", "turns": turns},
             {"before": (False, cloudpickle.dumps), "shipped": (True, _pickle_dumps)}, req, a.samples))
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = conditions.git_head()
     doc = {
         "benchmark": "request_pickle",
-        "command": " ".join(["scripts/bench_request_pickle.py", *sys.argv[1:]]),
+        "command": results.command("request-pickle", argv),
         "conditions": {"git": head, "cpus": os.cpu_count(), "samples_per_form": a.samples, "warmup_rounds": 20},
         "rows": rows,
     }
-    OUT.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    plot(rows)
-    print(f"wrote {OUT.with_suffix('.json')} and {OUT.with_suffix('.png')}")
+    results.write_json(out.with_suffix(".json"), doc, indent=1, newline=False)
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
 
 
 def compare(row: dict, forms: dict, req, samples: int) -> dict:
     """Time `req` in each form (packing on/off, serializer), interleaved in blocks so a slow minute of the machine
     weighs on every form alike."""
-    row = {**row, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    row = {**row, "loadavg_before": conditions.loadavg()}
     raw: dict[str, dict[str, list[float]]] = {name: {} for name in forms}
     for block in range(4):
         for name in (list(forms) if block % 2 == 0 else list(reversed(forms))):
@@ -165,12 +159,10 @@ def compare(row: dict, forms: dict, req, samples: int) -> dict:
         row[name] = {
             "bytes": got["bytes"][0],
             **{
-                k: {"n": len(v), "p50": round(pct(v, 0.5), 4), "p90": round(pct(v, 0.9), 4),
-                    "p99": round(pct(v, 0.99), 4)}
-                for k, v in got.items() if k.endswith("_ms")
+                k: summary(v, digits=4) for k, v in got.items() if k.endswith("_ms")
             },
         }
-    row["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    row["loadavg_after"] = conditions.loadavg()
     b, s = row["before"], row["shipped"]
     what = f"{row['vocab']} {row['tokens']} tokens" if "tokens" in row else f"{row['turns']} turns"
     print(f"{row['message']:19} {what:22} p50/p90 ms  dumps {b['dumps_ms']['p50']:.3f}/{b['dumps_ms']['p90']:.3f} -> "
@@ -180,11 +172,8 @@ def compare(row: dict, forms: dict, req, samples: int) -> dict:
     return row
 
 
-def plot(rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(rows: list[dict], path: Path) -> None:
+    plt = results.pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for vocab in VOCABS:
@@ -207,8 +196,10 @@ def plot(rows: list[dict]) -> None:
         ax.set_ylabel("p50 ms")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(OUT.with_suffix(".png"), dpi=110)
+    results.save_figure(fig, path, dpi=110)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

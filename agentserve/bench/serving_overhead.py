@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     a = ap.parse_args(argv)
     client_scheduling = conditions.prioritize_client()
     n1, per64 = (40, 2) if a.quick else (300, 4)
-    results: dict[str, Any] = {}
+    table: dict[str, Any] = {}
     with running_graph(ARGS, name=APP) as url:
         before = router_calls()
         requests = 0
@@ -105,8 +105,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                           ("c64_instant", 64, per64, "")):
                 samples, rate = asyncio.run(run_level(url, api, conc, per, kind))
                 requests += conc * (per + 1)
-                results[f"{api}/{name}"] = {**summary(samples), "req_per_s": round(rate, 1)}
-                print(f"{api:<10} {name:<14} " + "  ".join(f"{k}={v}" for k, v in results[f"{api}/{name}"].items()))
+                table[f"{api}/{name}"] = {**summary(samples), "req_per_s": round(rate, 1)}
+                print(f"{api:<10} {name:<14} " + "  ".join(f"{k}={v}" for k, v in table[f"{api}/{name}"].items()))
         after = router_calls()
         calls = {k: round((after.get(k, 0) - before.get(k, 0)) / requests, 3) for k in ("route", "report", "release")}
         print("router calls per request:", calls)
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "command": results.command("serving-overhead", argv),
         "conditions": conditions.snapshot(client_scheduling=client_scheduling, ray_serve_env={
             **ray_env.SERVE_ENV, **{k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}}),
-        "ttft_ms": results,
+        "ttft_ms": table,
         "proxy_only_models_ms": summary(models),
         "router_calls_per_request": calls,
         "note": "scripted engine, itl 0: TTFT is the serving layer's own cost; warm-up round excluded",

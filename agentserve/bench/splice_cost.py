@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: what token-exact replay costs the preprocessor, by conversation length.
 
-    .venv/bin/python scripts/bench_splice_cost.py [--turns 10,30,100] [--samples 15]
+    agentserve bench splice-cost [--turns 10,30,100] [--samples 15]
 
 The real Preprocessor (embedded template and tokenizer, no Ray) on agent conversations of N assistant turns (each
 ~130 tokens of reasoning + one tool call, written without the template's newlines, then a tool result), every
@@ -24,13 +23,14 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT_JSON = ROOT / "docs" / "benchmarks" / "splice_cost.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "splice_cost.png"
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import percentile
+
+ROOT = results.REPO
+OUT_JSON = results.out_path("splice_cost.json")
+OUT_PNG = results.out_path("splice_cost.png")
 
 
 def conversation(n: int, kept, pre) -> Any:
@@ -76,16 +76,8 @@ def timed(fn, samples: int) -> list[float]:
     return out
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 def plot(result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ns = [r["turns"] for r in result["rows"]]
@@ -97,14 +89,14 @@ def plot(result: dict[str, Any]) -> None:
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(OUT_PNG, dpi=120)
+    results.save_figure(fig, OUT_PNG, dpi=120)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench splice-cost", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", default="10,30,100")
     ap.add_argument("--samples", type=int, default=15)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from agentserve.config import ModelSpec
     from agentserve.prepare_model import prepare_model
@@ -120,7 +112,7 @@ def main() -> None:
         kept = KeptTurnStore(SQLiteBackend(":memory:"), StoreBounds(10**6, 1 << 32, 3600))
         warm = Preprocessor(spec, path, 16, kept=kept)
         req = conversation(n, kept, warm)
-        load = [round(x, 2) for x in os.getloadavg()]
+        load = conditions.loadavg()
         off = Preprocessor(spec, path, 16)
         row: dict[str, Any] = {"turns": n, "loadavg_before": load}
         samples = {
@@ -132,20 +124,20 @@ def main() -> None:
         row["prompt_tokens"] = len(last.token_ids)
         row["outcomes"] = dict(last.replay_outcomes)
         for cond, xs in samples.items():
-            row[cond] = {"p50_s": pct(xs, 0.5), "p90_s": pct(xs, 0.9), "samples_s": xs}
-        row["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+            row[cond] = {"p50_s": percentile(xs, 50), "p90_s": percentile(xs, 90), "samples_s": xs}
+        row["loadavg_after"] = conditions.loadavg()
         rows.append(row)
         print(f"{n:4d} turns {row['prompt_tokens']:6d} tokens  off p50 {1000 * row['off']['p50_s']:7.1f} ms  "
               f"on cold {1000 * row['on_cold']['p50_s']:7.1f} ms  on warm {1000 * row['on_warm']['p50_s']:7.1f} ms  "
               f"p90 {1000 * row['off']['p90_s']:.1f}/{1000 * row['on_cold']['p90_s']:.1f}/"
               f"{1000 * row['on_warm']['p90_s']:.1f}  load {load[0]}  {row['outcomes']}", flush=True)
         kept.close()
-    result = {"benchmark": "splice_cost", "command": "python scripts/bench_splice_cost.py " + " ".join(sys.argv[1:]),
+    result = {"benchmark": "splice_cost", "command": results.command("splice-cost", argv),
               "cpus": os.cpu_count(), "rows": rows}
-    OUT_JSON.write_text(json.dumps(result, indent=1))
+    results.write_json(OUT_JSON, result, indent=1, newline=False)
     plot(result)
-    print(f"wrote {OUT_JSON.relative_to(ROOT)} and {OUT_PNG.relative_to(ROOT)}")
+    print(f"wrote {OUT_JSON} and {OUT_PNG}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

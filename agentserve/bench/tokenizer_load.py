@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Benchmark: what loading the tokenizer costs a light replica (Ingress, Preprocessor), by loader.
 
-    .venv/bin/python scripts/bench_tokenizer_load.py [--repeats 5]
+    agentserve bench tokenizer-load [--repeats 5]
 
 Each sample is a fresh Python process that loads the embedded model's tokenizer, as a replica does at start, either
 through `AutoTokenizer` (what the light replicas did before) or through the remembered class (what they do now;
@@ -19,10 +18,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT = ROOT / "docs" / "benchmarks" / "tokenizer_load.json"
+from agentserve.bench import conditions, results
+from agentserve.bench.stats import percentile
+
+ROOT = results.REPO
 
 PROBE = """
 import json, sys, time
@@ -40,24 +41,21 @@ print(json.dumps({"cpu_s": cpu, "wall_s": wall, "rss_mb": rss_kb / 1024, "torch"
 """
 
 
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     from agentserve.prepare_model import prepare_model
     from agentserve.preprocess.tokenizer import remember_tokenizer_class
 
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(prog="agentserve bench tokenizer-load", description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
-    a = ap.parse_args()
+    ap.add_argument("--out", default=None, help="default docs/benchmarks/tokenizer_load.json")
+    a = ap.parse_args(argv)
+    out_path = Path(a.out) if a.out else results.out_path("tokenizer_load.json")
     model = str(prepare_model())
     cache = Path(tempfile.mkdtemp(prefix="tokenizer-classes-"))
     remember_tokenizer_class(model, cache)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     samples: dict[str, list[dict]] = {"auto": [], "remembered": []}
-    load_before = [round(x, 2) for x in os.getloadavg()]
+    load_before = conditions.loadavg()
     for i in range(a.repeats):
         for loader in (("auto", "remembered") if i % 2 == 0 else ("remembered", "auto")):
             out = subprocess.run([sys.executable, "-c", PROBE, loader, model, str(cache)], env=env, cwd=ROOT,
@@ -65,7 +63,8 @@ def main() -> None:
             samples[loader].append(json.loads(out.stdout.strip().splitlines()[-1]))
     summary = {
         loader: {
-            **{k: {"p50": round(pct([s[k] for s in rows], 0.5), 3), "p90": round(pct([s[k] for s in rows], 0.9), 3)}
+            **{k: {"p50": round(percentile([s[k] for s in rows], 50), 3),
+                   "p90": round(percentile([s[k] for s in rows], 90), 3)}
                for k in ("cpu_s", "wall_s", "rss_mb")},
             "torch_imported": sorted({s["torch"] for s in rows}),
         }
@@ -74,17 +73,16 @@ def main() -> None:
     for loader, row in summary.items():
         print(f"{loader:10} cpu p50/p90 {row['cpu_s']['p50']}/{row['cpu_s']['p90']} s  wall {row['wall_s']['p50']}/"
               f"{row['wall_s']['p90']} s  rss {row['rss_mb']['p50']}/{row['rss_mb']['p90']} MB  torch {row['torch_imported']}")
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    OUT.write_text(json.dumps({
+    results.write_json(out_path, {
         "benchmark": "tokenizer_load",
-        "command": " ".join(["scripts/bench_tokenizer_load.py", *sys.argv[1:]]),
-        "conditions": {"git": head, "cpus": os.cpu_count(), "repeats": a.repeats, "model": model,
-                       "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        "command": results.command("tokenizer-load", argv),
+        "conditions": {"git": conditions.git_head(), "cpus": os.cpu_count(), "repeats": a.repeats, "model": model,
+                       "loadavg_before": load_before, "loadavg_after": conditions.loadavg()},
         "summary": summary,
         "samples": samples,
-    }, indent=1))
-    print(f"wrote {OUT}")
+    }, indent=1, newline=False)
+    print(f"wrote {out_path}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -635,10 +635,7 @@ COLORS = {"graph": "#1f77b4", "vllm": "#ff7f0e", "rayllm": "#2ca02c"}
 
 
 def plot(result: dict[str, Any], names: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = results.pyplot()
 
     phases, levels = result["phases"], result["config"]["concurrency"]
     k = len(names) + 1
@@ -783,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_before = conditions.loadavg(None)
         measured = asyncio.run(measure(servers, model, a, log))
         names = [s.name for s in servers]  # without any contender whose warm-up failed
-        conditions = {
+        cond = {
             "failed_contenders": measured["failed"],
             "client_scheduling": client_scheduling,
             "git_at_start": git_at_start,
@@ -816,7 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "engine": {k: v for k, v in eng.items() if k != "_served_model"}, "model": model,
                 "vllm_serve_argv": ["vllm", *vllm_serve_argv(eng, 0)[4:]], "targets_vs_vllm": TARGETS,
             },
-            "conditions": conditions,
+            "conditions": cond,
             "summary": summarize(measured["phases"], names, a.concurrency),
             "phases": measured["phases"],
         }
