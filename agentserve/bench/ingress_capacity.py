@@ -123,8 +123,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--apis", default="chat,anthropic,responses")
     ap.add_argument("--chunks-per-s", type=float, default=None, help="engine.max_chunks_per_s (default: the shipped one)")
     ap.add_argument("--only", choices=("concurrency", "length", "gpu_paced"), default=None)
-    ap.add_argument("--out", default=str(results.out_path("ingress_capacity.json")))
+    ap.add_argument("--out", default=None, help="default docs/benchmarks/ingress_capacity.json (--quick: temporary)")
     a = ap.parse_args(argv)
+    a.out = a.out or str((results.scratch_path if a.quick else results.out_path)("ingress_capacity.json"))
     apis = a.apis.split(",")
     conc = (64, 256) if a.quick else (64, 256, 1024)
     sweep = (1024, 2048) if a.quick else LENGTHS

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -98,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     a = ap.parse_args(argv)
     client_scheduling = conditions.prioritize_client()
     rounds = 10 if a.quick else a.rounds
-    out = Path(a.out or (Path(tempfile.gettempdir()) / "ingress_paths" if a.quick else results.out_path("ingress_paths")))
+    out = Path(a.out or (results.scratch_path("ingress_paths") if a.quick else results.out_path("ingress_paths")))
     with running_graph(ARGS) as url:
         replica = listening_ports("ServeReplica:agentserve:Ingress")
         proxy = [p for p in listening_ports("ProxyActor") if speaks_http(p)]  # not its gRPC port

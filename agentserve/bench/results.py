@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,6 +24,13 @@ def out_dir() -> Path:
 def out_path(filename: str) -> Path:
     """A default output path: `filename` in out_dir()."""
     return out_dir() / filename
+
+
+def scratch_path(filename: str) -> Path:
+    """Where a smoke run (`--quick`) writes: --out-dir / $AGENTSERVE_BENCH_OUT when set, else the temporary
+    directory (never over the committed figures)."""
+    d = os.environ.get(OUT_ENV)
+    return (Path(d) if d else Path(tempfile.gettempdir())) / filename
 
 
 def command(name: str, argv: Sequence[str] | None) -> str:

@@ -91,9 +91,10 @@ def router_calls(app: str = APP) -> dict[str, int]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="agentserve bench serving-overhead", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(results.out_path("serving_overhead.json")))
+    ap.add_argument("--quick", action="store_true", help="a smoke run, written to the temporary directory unless --out")
+    ap.add_argument("--out", default=None, help="default docs/benchmarks/serving_overhead.json")
     a = ap.parse_args(argv)
+    a.out = a.out or str((results.scratch_path if a.quick else results.out_path)("serving_overhead.json"))
     client_scheduling = conditions.prioritize_client()
     n1, per64 = (40, 2) if a.quick else (300, 4)
     table: dict[str, Any] = {}

@@ -726,9 +726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     PAUSING = not a.no_pause and len(a.contenders) > 1
     if a.quick:
         a.rounds, a.max_tokens, a.requests_c1, a.requests_per_stream = 2, 16, 3, 1
-    quick_dir = Path(tempfile.gettempdir())
-    a.out_json = a.out_json or (quick_dir / "vs_vllm_quick.json" if a.quick else results.out_path("vs_vllm.json"))
-    a.out_png = a.out_png or (quick_dir / "vs_vllm_quick.png" if a.quick else results.out_path("vs_vllm.png"))
+    a.out_json = a.out_json or (results.scratch_path("vs_vllm_quick.json") if a.quick else results.out_path("vs_vllm.json"))
+    a.out_png = a.out_png or (results.scratch_path("vs_vllm_quick.png") if a.quick else results.out_path("vs_vllm.png"))
 
     started = time.perf_counter()
 
