@@ -756,8 +756,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 port = free_port()
                 genv.update(RAY_SERVE_ENABLE_DIRECT_INGRESS="1", RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=str(port),
                             RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=str(port + 1))
-            argv = make_serve_argv(tmp / "serve_config.yaml")
-            servers.append(Server("graph", argv, port, tmp / "graph.log", genv))
+            servers.append(Server("graph", make_serve_argv(tmp / "serve_config.yaml"), port, tmp / "graph.log", genv))
         elif name == "vllm":
             servers.append(Server("vllm", vllm_serve_argv(eng, port), port, tmp / "vllm.log", env))
         else:
