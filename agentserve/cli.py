@@ -1,4 +1,4 @@
-"""The `agentserve` command: prepare-model, prepare-adapter, serve, doctor."""
+"""The `agentserve` command: prepare-model, prepare-adapter, serve, doctor, codex-config, bench."""
 
 from __future__ import annotations
 
@@ -109,6 +109,30 @@ def _codex_config(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(ns: argparse.Namespace) -> int:
+    """`agentserve bench NAME [ARGS]`: one benchmark of agentserve.bench, its own arguments after the name."""
+    from agentserve import bench
+
+    if ns.list or not ns.name:
+        width = max(len(n) for n in bench.BENCHMARKS)
+        for b in bench.BENCHMARKS.values():
+            print(f"{b.name:<{width}}  {b.summary}  [{b.needs}]")
+        return 0 if ns.list else 2
+    try:
+        benchmark = bench.get(ns.name)
+    except KeyError:
+        print(f"no benchmark {ns.name!r}; `agentserve bench --list` lists them", file=sys.stderr)
+        return 2
+    # Warnings and errors only, as the scripts ran: httpx alone logs every request at INFO, and a benchmark client
+    # must not spend its CPU on that. Benchmarks print what they measure.
+    logging.getLogger().setLevel(logging.WARNING)
+    if ns.out_dir:
+        from agentserve.bench import results
+
+        os.environ[results.OUT_ENV] = str(Path(ns.out_dir).resolve())  # Ray workers and subprocesses see it too
+    return bench.run(benchmark.name, ns.args)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="agentserve")
@@ -142,6 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--codex-home", default=None, help="write config.toml and the catalog into this directory")
     c.add_argument("--catalog-only", action="store_true", help="print the model_catalog_json content")
     c.set_defaults(func=_codex_config)
+
+    b = sub.add_parser("bench", help="run a benchmark (agentserve bench --list lists them)", add_help=True)
+    b.add_argument("--list", action="store_true", help="list the benchmarks")
+    b.add_argument("--out-dir", default=None,
+                   help="write results here instead of docs/benchmarks/ (a smoke run must not overwrite the figures)")
+    b.add_argument("name", nargs="?", help="the benchmark (see --list)")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own arguments (NAME --help shows them)")
+    b.set_defaults(func=_bench)
 
     ns = parser.parse_args(argv)
     return ns.func(ns)

@@ -3,7 +3,7 @@
 TTFT against the ingress's admit -> first content chunk handed to Serve, and what neither side explains (time
 before the ingress handler or after its send: proxy and HTTP).
 
-    PYTHONPATH=scripts/hop_trace .venv/bin/python scripts/bench_vs_vllm.py --contenders graph --concurrency 1 ...
+    PYTHONPATH=scripts/hop_trace .venv/bin/agentserve bench vs-vllm --contenders graph --concurrency 1 ...
     python scripts/hop_trace/analyze.py /tmp/hop_trace <bench json>
 """
 import glob

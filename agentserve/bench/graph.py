@@ -1,0 +1,113 @@
+"""The real Ray Serve graph, started in this process: for benchmarks, and for the tests (which import it from here).
+
+`running_graph(args)` starts a local Ray instance, deploys `build_app(args)` through Serve on a free loopback port,
+yields the base URL and tears everything down; `running_graphs({...})` deploys several applications on route
+prefixes of one Serve instance (two configurations side by side, each with its own engine). `args` is a ServeArgs or
+its dict form (serve_config.yaml's `args`).
+
+By default the graph's processes get the environment `make serve` ships (`ray_env.beside_others()`: SERVE_ENV plus
+free ports for HAProxy mode's fixed listeners, so several graphs can share the machine); the driver keeps Serve's
+defaults (its sync `.result()` calls on handles need the handle router on its own loop). `shipped_env=False` starts
+Ray with its defaults instead (how the preamble and router_vllm benchmarks have always run).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+from agentserve.ports import free_port
+
+__all__ = ["GraphURL", "free_port", "running_graph", "running_graphs", "wait_for"]
+
+T = TypeVar("T")
+_graph_running: list[str] = []
+
+
+class GraphURL(str):
+    """The graph's base URL, with how long its applications took to deploy (`serve.run` of all of them, after Ray
+    and Serve were up): `deploy_s`; from Serve's start to the last application deployed: `serve_s`."""
+
+    deploy_s: float = 0.0
+    serve_s: float = 0.0
+
+
+def _args_dict(args: Any) -> dict[str, Any] | None:
+    from agentserve.config import ServeArgs
+
+    if isinstance(args, ServeArgs):
+        return args.model_dump(mode="json", exclude_unset=True)
+    return args
+
+
+@contextmanager
+def running_graphs(
+    apps: Mapping[str, tuple[Any, str]],
+    *,
+    http_options: dict[str, Any] | None = None,
+    shipped_env: bool = True,
+    num_cpus: int = 8,
+) -> Iterator[GraphURL]:
+    """Start Ray and Serve, deploy each `name: (args, route_prefix)`, yield the base URL (no prefix), tear down.
+
+    One graph at a time per process: a second `serve.run` of the same app name would silently replace the first
+    one's config, so a second call while one runs raises.
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import ray
+    from ray import serve
+
+    from agentserve.serve import ray_env
+    from agentserve.serve.app import build_app
+
+    if _graph_running:
+        raise RuntimeError(f"a graph is already running for {_graph_running[0]}; make graph fixtures module-scoped")
+    _graph_running.append(",".join(apps))
+    port = free_port()
+    init: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": False}
+    if shipped_env:
+        init.update(ignore_reinit_error=True, runtime_env={"env_vars": ray_env.beside_others()})
+    ray.init(**init)
+    try:
+        t_serve = time.perf_counter()
+        serve.start(http_options={"host": "127.0.0.1", "port": port, **(http_options or {})})
+        t0 = time.perf_counter()
+        for name, (args, prefix) in apps.items():
+            serve.run(build_app(_args_dict(args)), name=name, route_prefix=prefix)
+        url = GraphURL(f"http://127.0.0.1:{port}")
+        url.deploy_s = time.perf_counter() - t0
+        url.serve_s = time.perf_counter() - t_serve
+        yield url
+    finally:
+        _graph_running.clear()
+        serve.shutdown()
+        ray.shutdown()
+
+
+@contextmanager
+def running_graph(
+    args: Any, *, name: str = "agentserve", http_options: dict[str, Any] | None = None, shipped_env: bool = True
+) -> Iterator[GraphURL]:
+    """Start Ray, deploy build_app(args) through Serve at `/`, yield the base URL, tear everything down."""
+    with running_graphs({name: (args, "/")}, http_options=http_options, shipped_env=shipped_env) as url:
+        yield url
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy (returned); TimeoutError after `timeout` seconds.
+    Exceptions from the predicate count as not yet."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - not ready yet
+            last = exc
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} not met after {timeout:.0f} s" + (f" (last error: {last!r})" if last else ""))
+        time.sleep(interval)
