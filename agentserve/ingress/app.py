@@ -26,10 +26,11 @@ from agentserve.apis.responses.store import ResponseStore
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest
 from agentserve.ingress import openapi
 from agentserve.ingress.context import IngressContext
+from agentserve.ingress.driver import GenerationDriver
 from agentserve.ingress.errors import ErrorEnvelopes
 from agentserve.ingress.handlers.admin_adapters import AdapterAdmin
 from agentserve.ingress.handlers.anthropic_messages import ANTHROPIC_ENVELOPE, AnthropicMessagesHandler
-from agentserve.ingress.handlers.chat_completions import ChatCompletionsHandler
+from agentserve.ingress.handlers.chat_completions import ChatCompletionsApi
 from agentserve.ingress.handlers.models import ModelsHandler
 from agentserve.ingress.handlers.responses import ResponsesHandler
 from agentserve.ingress.handlers.responses_socket import ResponsesSocket
@@ -91,7 +92,8 @@ def make_app(parts: IngressParts) -> FastAPI:
     openapi.install(app, OPENAPI_BODIES)
     _error_handlers(app, envelopes)
 
-    chat = ChatCompletionsHandler(ctx)
+    driver = GenerationDriver(ctx)
+    chat = ChatCompletionsApi(ctx)
     resp = ResponsesHandler(ctx, parts.store)
     socket = ResponsesSocket(resp, limiter)
     messages = AnthropicMessagesHandler(ctx)
@@ -100,14 +102,23 @@ def make_app(parts: IngressParts) -> FastAPI:
     admin = AdapterAdmin(ctx)
 
     # -- wire APIs ------------------------------------------------------------
-    app.add_api_route("/v1/chat/completions", chat.create, methods=["POST"])
-    app.add_api_route("/v1/responses", resp.create, methods=["POST"])
+    async def chat_completions(request: Request) -> Response:
+        return await driver.run(request, chat)
+
+    async def create_response(request: Request) -> Response:
+        return await driver.run(request, resp)
+
+    async def create_message(request: Request) -> Response:
+        return await driver.run(request, messages)
+
+    app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_api_route("/v1/responses", create_response, methods=["POST"])
     app.add_api_websocket_route("/v1/responses", socket.serve)
     app.add_api_route("/v1/responses/input_tokens", resp.input_tokens, methods=["POST"])
     app.add_api_route("/v1/responses/{response_id}", resp.retrieve, methods=["GET"])
     app.add_api_route("/v1/responses/{response_id}", resp.delete, methods=["DELETE"])
     # Matched on the path, so Claude Code's `?beta=true` works.
-    app.add_api_route("/v1/messages", messages.create, methods=["POST"])
+    app.add_api_route("/v1/messages", create_message, methods=["POST"])
     app.add_api_route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"])
 
     # -- catalog, tokenize / detokenize (vLLM's shapes, with and without /v1) -------------------------

@@ -1,13 +1,12 @@
 """POST /v1/messages, POST /v1/messages/count_tokens, and /v1/models in Anthropic's shape.
 
-Streaming goes through the request lifecycle (serve/lifecycle.py) with Anthropic's idiom: `ping` whenever
+Streaming goes through the generation driver (ingress/driver.py) with Anthropic's idiom: `ping` whenever
 nothing went out for `keepalive_interval_s` (long prefills, long gaps), errors as an `error` event.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from fastapi import Request
@@ -20,9 +19,10 @@ from agentserve.apis.anthropic import models as anthropic_models
 from agentserve.apis.anthropic.encode import PING, MessageEncoder, error_frame, message_id, sse, tool_use_id
 from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
-from agentserve.protocol import Conversation
+from agentserve.protocol import Conversation, Preprocessed
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 from agentserve.ingress.context import IngressContext
+from agentserve.ingress.driver import Decoded
 from agentserve.ingress.errors import Envelope
 from agentserve.ingress.hints import with_hints
 from agentserve.ingress.http import parse_body
@@ -72,6 +72,45 @@ class AnthropicWire:
         return b""
 
 
+class MessageReply:
+    """The Messages encoder half: built once the prompt's size is known (message_start carries it)."""
+
+    def __init__(self, signer: anthropic.ThinkingSigner, *, model: str, **encoder_options: Any) -> None:
+        self._signer = signer
+        self._model = model
+        self._options = encoder_options
+        self._enc: MessageEncoder | None = None
+
+    def admission_failed(self, err: RequestError) -> None:
+        if isinstance(err, ContextWindowExceeded):
+            raise anthropic_errors.context_exceeded(err) from None
+        return None
+
+    def admitted(self, prepared: Preprocessed) -> None:
+        self._enc = MessageEncoder(
+            message_id=message_id(),
+            model=self._model,
+            prompt_tokens=prepared.prompt_tokens,
+            signer=self._signer,
+            **self._options,
+        )
+
+    def wire(self) -> AnthropicWire:
+        assert self._enc is not None, "admitted() first"
+        return AnthropicWire(self._enc)
+
+    async def before_end(self) -> None:
+        pass
+
+    def body(self, events: list[Any]) -> dict[str, Any]:
+        enc = self._enc
+        assert enc is not None, "admitted() first"
+        enc.frames(events)
+        if enc.finish is None or enc.finish.reason == "error":  # the engine replica failed: retryable
+            raise RequestError("overloaded", (enc.finish and enc.finish.error) or "engine error", retry_after=1.0)
+        return enc.message()
+
+
 class AnthropicMessagesHandler:
     def __init__(self, ctx: IngressContext) -> None:
         self._ctx = ctx
@@ -96,60 +135,43 @@ class AnthropicMessagesHandler:
         tokens = await self._ctx.preprocessor.render_tokens.remote(conversation, {}, True, thinking, model_id)
         return len(tokens)
 
-    # -- POST /v1/messages ----------------------------------------------------------------------
-    async def create(self, request: Request) -> Response:
-        arrived = time.perf_counter()
-        status, model_name = 200, "unknown"
-        try:
-            body = await self._body(request, anthropic.MessagesRequest)
-            served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
-            model, model_name = served.model, served.id
-            gen = anthropic.decode(
-                body,
-                request_id=self._ctx.request_id(),
-                model=served.id,
-                signer=self._signer,
-                session_id=request.headers.get("x-claude-code-session-id"),
-            )
-            gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
-            gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
-            # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.
-            options = ParseOptions(
-                tools=[t.openai_schema() for t in gen.conversation.tools],
-                parse_tool_calls=gen.conversation.tool_choice != "none",
-                # Thinking disabled: still parse the model's reasoning markup (so it never leaks into text); the
-                # encoder drops it, as Anthropic returns no thinking blocks then.
-                parse_reasoning=True,
-                id_factory=tool_use_id,
-            )
-            async with self._ctx.begin(request, gen, model, options, api="anthropic", arrived=arrived) as life:
-                try:
-                    pre = await life.admit()  # 529 + retry-after here, not inside a stream
-                except ContextWindowExceeded as err:
-                    raise anthropic_errors.context_exceeded(err) from None
-                encoder = MessageEncoder(
-                    message_id=message_id(),
-                    model=body.model,
-                    prompt_tokens=pre.prompt_tokens,
-                    signer=self._signer,
-                    tool_dispatch=body.stream and self._ctx.args.enable_streaming_tool_dispatch,
-                    live_tool_args=body.stream and FINE_GRAINED_TOOL_STREAMING in _betas(request),
-                    parallel_tool_use=anthropic.parallel_tool_use(body),
-                    emit_thinking=gen.thinking is not False,
-                )
-                if body.stream:
-                    return life.streaming_response(AnthropicWire(encoder))
-                encoder.frames(await life.collect())
-                if encoder.finish is None or encoder.finish.reason == "error":  # the engine replica failed: retryable
-                    raise RequestError(
-                        "overloaded", (encoder.finish and encoder.finish.error) or "engine error", retry_after=1.0
-                    )
-                return JSONResponse(encoder.message(), headers=life.headers())
-        except RequestError as err:
-            status = anthropic_errors.status(err)
-            raise
-        finally:
-            metrics.REQUESTS.labels("anthropic", model_name, str(status)).inc()
+    # -- POST /v1/messages: the generation driver's decoder (ingress/driver.py) ----------------------------
+    name = "anthropic"
+
+    @staticmethod
+    def status(err: RequestError) -> int:
+        return anthropic_errors.status(err)
+
+    async def decode(self, request: Request) -> Decoded:
+        body = await self._body(request, anthropic.MessagesRequest)
+        served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+        gen = anthropic.decode(
+            body,
+            request_id=self._ctx.request_id(),
+            model=served.id,
+            signer=self._signer,
+            session_id=request.headers.get("x-claude-code-session-id"),
+        )
+        gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
+        gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
+        # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.
+        options = ParseOptions(
+            tools=[t.openai_schema() for t in gen.conversation.tools],
+            parse_tool_calls=gen.conversation.tool_choice != "none",
+            # Thinking disabled: still parse the model's reasoning markup (so it never leaks into text); the
+            # encoder drops it, as Anthropic returns no thinking blocks then.
+            parse_reasoning=True,
+            id_factory=tool_use_id,
+        )
+        reply = MessageReply(
+            self._signer,
+            model=body.model,
+            tool_dispatch=bool(body.stream) and self._ctx.args.enable_streaming_tool_dispatch,
+            live_tool_args=bool(body.stream) and FINE_GRAINED_TOOL_STREAMING in _betas(request),
+            parallel_tool_use=anthropic.parallel_tool_use(body),
+            emit_thinking=gen.thinking is not False,
+        )
+        return Decoded(served.model, gen, options, bool(body.stream), reply)
 
     # -- POST /v1/messages/count_tokens ---------------------------------------------------------
     async def count_tokens(self, request: Request) -> Response:

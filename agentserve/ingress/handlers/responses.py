@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
@@ -15,16 +14,16 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 
-from agentserve import metrics
 from agentserve.apis import responses
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import ModelSpec
-from agentserve.protocol import GenerationRequest
+from agentserve.protocol import GenerationRequest, Preprocessed
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.events import Finish
 from agentserve.ingress.middleware.auth import caller_scope
 from agentserve.ingress.context import IngressContext
+from agentserve.ingress.driver import Decoded
 from agentserve.ingress.hints import with_hints
 from agentserve.ingress.http import SSE_HEADERS, parse_body
 from agentserve.ingress.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
@@ -84,6 +83,39 @@ class PreparedResponse:
 
 
 Recall = Callable[[str], Awaitable[list[Any] | None]]
+
+
+class ResponseReply:
+    """The Responses encoder half over HTTP: stored (unless `store: false`) before its terminal event goes out."""
+
+    def __init__(self, handler: "ResponsesHandler", prep: PreparedResponse) -> None:
+        self._handler = handler
+        self._prep = prep
+
+    def admission_failed(self, err: RequestError) -> Response | None:
+        if self._prep.body.stream and err.code == "context_length_exceeded":
+            # As OpenAI does: a terminal `response.failed`, which Codex turns into its context-window error (and
+            # compaction) rather than a generic HTTP failure.
+            failed = self._prep.encoder.failed(err.code, err.message)
+            return StreamingResponse(iter(failed), media_type="text/event-stream", headers=SSE_HEADERS)
+        return None
+
+    def admitted(self, prepared: Preprocessed) -> None:
+        pass
+
+    def wire(self) -> ResponsesWire:
+        return ResponsesWire(self._prep.encoder)
+
+    async def before_end(self) -> None:  # a follow-up naming this response may come the moment it ends
+        if self._prep.body.store is not False and self._prep.encoder.status != "failed":
+            await self._handler.save(self._prep)
+
+    def body(self, events: list[Any]) -> dict[str, Any]:
+        encoder = self._prep.encoder
+        result = encoder.response(events)
+        if encoder.status == "failed":
+            raise RequestError("overloaded", (encoder.error or {}).get("message", "engine error"), retry_after=1.0)
+        return result
 
 
 class ResponsesHandler:
@@ -161,46 +193,21 @@ class ResponsesHandler:
         inputs = history + ([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
         return PreparedResponse(body, model, gen, options, encoder, inputs, owner)
 
-    async def create(self, request: Request) -> Response:
-        arrived = time.perf_counter()
-        status, model_name = 200, "unknown"
-        try:
-            body = await parse_body(request, responses.ResponsesRequest, self._ctx.args.limits)
-            if body.generate is False:
-                raise RequestError(
-                    "invalid_request", "generate: false is only accepted over the WebSocket transport", param="generate"
-                )
-            prep = await self.prepare(body, request.headers)
-            model_name = prep.gen.model
-            encoder = prep.encoder
-            store = body.store is not False
-            async with self._ctx.begin(request, prep.gen, prep.model, prep.options, api="responses", arrived=arrived) as life:
-                try:
-                    await life.admit()  # 503 + retry-after here, not inside a stream
-                except RequestError as err:
-                    if body.stream and err.code == "context_length_exceeded":
-                        # As OpenAI does: a terminal `response.failed`, which Codex turns into its
-                        # context-window error (and compaction) rather than a generic HTTP failure.
-                        failed = encoder.failed(err.code, err.message)
-                        return StreamingResponse(iter(failed), media_type="text/event-stream", headers=SSE_HEADERS)
-                    raise
+    # -- POST /v1/responses: the generation driver's decoder (ingress/driver.py) --------------------------
+    name = "responses"
 
-                async def save() -> None:  # before the terminal event goes out: a follow-up may come at once
-                    if store and encoder.status != "failed":
-                        await self.save(prep)
+    @staticmethod
+    def status(err: RequestError) -> int:
+        return err.status
 
-                if body.stream:
-                    return life.streaming_response(ResponsesWire(encoder), before_end=save)
-                result = encoder.response(await life.collect())
-                if encoder.status == "failed":
-                    raise RequestError("overloaded", (encoder.error or {}).get("message", "engine error"), retry_after=1.0)
-                await save()
-                return JSONResponse(result, headers=life.headers())
-        except RequestError as err:
-            status = err.status
-            raise
-        finally:
-            metrics.REQUESTS.labels("responses", model_name, str(status)).inc()
+    async def decode(self, request: Request) -> Decoded:
+        body = await parse_body(request, responses.ResponsesRequest, self._ctx.args.limits)
+        if body.generate is False:
+            raise RequestError(
+                "invalid_request", "generate: false is only accepted over the WebSocket transport", param="generate"
+            )
+        prep = await self.prepare(body, request.headers)
+        return Decoded(prep.model, prep.gen, prep.options, bool(body.stream), ResponseReply(self, prep))
 
     async def input_tokens(self, request: Request) -> Response:
         """POST /v1/responses/input_tokens: the prompt this request would render to, counted by the model's own
