@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, Iterable
 
 import orjson
 
@@ -125,15 +125,6 @@ class ChatEncoder:
 
     def start(self) -> bytes:
         return self._chunk({"role": "assistant", "content": ""})
-
-    async def stream(self, batches: AsyncIterator[list[Any]]) -> AsyncIterator[bytes]:
-        """The SSE body: a role chunk, the events as they come, then `[DONE]`."""
-        yield self.start()
-        async for batch in batches:
-            chunks = self.encode(batch)
-            if chunks:
-                yield b"".join(chunks)
-        yield DONE
 
     def encode(self, events: Iterable[Any]) -> list[bytes]:
         out: list[bytes] = []
