@@ -18,6 +18,7 @@ from starlette.requests import Request
 from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.models import Catalog
 from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
+from agentserve.protocol.cluster import AdapterLoadResult, ModelAdapters
 from agentserve.protocol.errors import RequestError
 from tests.unit.fake_handles import Method
 from agentserve.serve.adapter_registry import RuntimeAdapters
@@ -39,8 +40,8 @@ class FakeRouter:
         self.registry = RuntimeAdapters(MODELS)
         self.live = replicas
 
-        async def claim(model: str, adapter: dict[str, Any]) -> None:
-            self.registry.claim(model, LoraAdapterSpec.model_validate(adapter))
+        async def claim(model: str, adapter: LoraAdapterSpec) -> None:
+            self.registry.claim(model, adapter)
 
         async def commit(model: str, adapter_id: str) -> None:
             self.registry.commit(model, adapter_id)
@@ -48,10 +49,8 @@ class FakeRouter:
         async def release(model: str, adapter_id: str) -> None:
             self.registry.release(model, adapter_id)
 
-        async def adapters(model: str | None = None, pending: bool = False) -> Any:
-            if model is not None:
-                return [s.model_dump() for s in self.registry.for_model(model, pending=pending)]
-            return {m: [s.model_dump() for s in specs] for m, specs in self.registry.committed().items()}
+        async def adapters(model: str | None = None, pending: bool = False) -> tuple[ModelAdapters, ...]:
+            return self.registry.listing(model, pending=pending)
 
         async def replicas_of(model: str) -> dict[str, int]:
             return {r: 0 for r in self.live.get(model, [])}
@@ -68,19 +67,15 @@ class FakeEngine:
         self.behaviour = behaviour
         self.loaded: dict[str, list[str]] = {rid: [] for rid in behaviour}
 
-        async def load(adapter: dict[str, Any], route: Any) -> dict[str, Any]:
+        async def load(adapter: LoraAdapterSpec, route: Any) -> AdapterLoadResult:
             rid = route.replica_id
             what = self.behaviour[rid]
             if what == "elsewhere":
                 rid = next(r for r, b in self.behaviour.items() if b == "ok")
-            out: dict[str, Any] = {"replica_id": rid, "model": model}
             if what in ("ok", "elsewhere"):
-                self.loaded[rid].append(adapter["id"])
-                out["loaded"] = True
-            else:
-                out["error"] = what
-            out["adapters"] = list(self.loaded[rid])
-            return out
+                self.loaded[rid].append(adapter.id)
+                return AdapterLoadResult(rid, model, tuple(self.loaded[rid]), loaded=True)
+            return AdapterLoadResult(rid, model, tuple(self.loaded[rid]), error=what)
 
         self.load_adapter = Method(load)
 
@@ -152,7 +147,7 @@ def test_a_failure_on_one_replica_serves_nothing_and_names_where_it_loaded():
 def test_a_replica_that_left_during_the_load_is_skipped():
     ctx, router, engine = _setup({"r1": "ok", "r2": "elsewhere"})
 
-    async def r2_leaves(adapter: dict[str, Any], route: Any) -> dict[str, Any]:
+    async def r2_leaves(adapter: LoraAdapterSpec, route: Any) -> AdapterLoadResult:
         router.live["base/a"] = ["r1"]
         return await original(adapter, route)
 
@@ -177,7 +172,7 @@ def test_a_replica_that_registers_during_the_load_gets_it_too():
     router.live["base/a"] = ["r1"]  # r2 is still starting when the load begins
     original = engine.load_adapter.fn
 
-    async def r2_joins(adapter: dict[str, Any], route: Any) -> dict[str, Any]:
+    async def r2_joins(adapter: LoraAdapterSpec, route: Any) -> AdapterLoadResult:
         router.live["base/a"] = ["r1", "r2"]
         return await original(adapter, route)
 
