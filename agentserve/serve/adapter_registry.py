@@ -18,7 +18,7 @@ from agentserve.protocol.errors import RequestError
 class RuntimeAdapters:
     def __init__(self, catalog: tuple[ModelSpec, ...] | list[ModelSpec]) -> None:
         self._declared = {name: m.id for m in catalog for name in m.served_names()}
-        self._models = {m.id for m in catalog}
+        self._models = tuple(m.id for m in catalog)  # catalog order: listings come in it
         self._committed: dict[str, dict[str, LoraAdapterSpec]] = {m: {} for m in self._models}
         self._pending: dict[str, dict[str, LoraAdapterSpec]] = {m: {} for m in self._models}
 

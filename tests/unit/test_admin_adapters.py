@@ -131,6 +131,32 @@ def test_a_load_reaches_every_replica_then_is_served_under_its_names():
     assert card["root"] == "pirate" and card["parent"] == "base/a"
 
 
+# The route's bytes, recorded before the Router and engine calls became typed messages (git 0833738).
+_GOLDEN = [
+    ({"r1": "ok", "r2": "ok"}, {"model": "a", "id": "pirate", "path": "/p", "aliases": ["arr"]}, 200,
+     '{"object":"model","id":"pirate","parent":"base/a","path":"/p","aliases":["arr"],"replicas":["r1","r2"]}'),
+    ({"r2": "ok", "r1": "ok", "r3": "ok"}, {"model": "base/a", "id": "x", "path": "/x"}, 200,
+     '{"object":"model","id":"x","parent":"base/a","path":"/x","aliases":[],"replicas":["r1","r2","r3"]}'),
+    ({"r1": "ok", "r2": "cannot load: bad"}, {"model": "a", "id": "pirate", "path": "/p"}, 400,
+     '{"error":{"message":"cannot load LoRA adapter \'pirate\' on base/a: replica r2: cannot load: bad. It w'
+     'as loaded on r1 before the failure and stays inert there (not served).","type":"invalid_request_error",'
+     '"param":"path","code":"adapter_load_failed"}}'),
+    ({"r1": "gone"}, {"model": "a", "id": "pirate", "path": "/p"}, 503,
+     '{"error":{"message":"no engine replica of base/a is running: load the adapter once one is",'
+     '"type":"server_error","param":null,"code":null}}'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("behaviour", "body", "status", "raw"), _GOLDEN)
+def test_the_route_answers_the_same_bytes_as_before(behaviour, body, status, raw):
+    ctx, _, _ = _setup(behaviour)
+    try:
+        resp = asyncio.run(AdapterAdmin(ctx).load(_request(body)))
+    except RequestError as err:
+        resp = error_response(PATH, err)
+    assert (resp.status_code, resp.body.decode()) == (status, raw)
+
+
 def test_a_failure_on_one_replica_serves_nothing_and_names_where_it_loaded():
     ctx, router, engine = _setup({"r1": "ok", "r2": "cannot load LoRA adapter 'pirate': no adapter_config.json"})
     status, err = _refused(ctx, {"model": "base/a", "id": "pirate", "path": "/bad"})

@@ -4,6 +4,7 @@ and switching policy in place (no Ray)."""
 from __future__ import annotations
 
 import random
+import time
 import typing
 
 import pytest
@@ -42,9 +43,9 @@ def route_req(i: int, hashes: list[int], prompt_tokens: int | None = None, sessi
 
 
 def router(policy: str = "kv", replicas: str = "ab", now: list[float] | None = None, **cost_kw) -> KvRouter:
-    cfg = RouterConfig(cost=CostConfig(block_size=BS, overlap_weight=8, **cost_kw), policy=policy,  # type: ignore[arg-type]
-                       expire_after_s=10)  # fmt: skip
-    r = KvRouter(cfg, clock=(lambda: now[0]) if now else __import__("time").monotonic)
+    cost_cfg = CostConfig(block_size=BS, overlap_weight=8, **cost_kw)
+    cfg = RouterConfig(cost=cost_cfg, policy=policy, expire_after_s=10)  # type: ignore[arg-type]
+    r = KvRouter(cfg, clock=(lambda: now[0]) if now else time.monotonic)
     for name in replicas:
         r.register(name, events=True)
     return r

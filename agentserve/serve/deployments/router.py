@@ -67,8 +67,9 @@ class RouterReplica:
         self._router = CatalogRouter.from_configs({m.id: router_config(self._args, m) for m in self._args.catalog()})
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
-        # KV events only for a policy that reads them (as configured: a benchmark's switch keeps the subscriber).
-        self._subscriber = KvEventSubscriber(on_update=self._wake) if POLICIES[self._args.router.policy].uses_events else None
+        # KV events only when the configured policy reads them (a later set_policy subscribes or unsubscribes nothing).
+        events = POLICIES[self._args.router.policy].uses_events
+        self._subscriber = KvEventSubscriber(on_update=self._wake) if events else None
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
         self._adapters = RuntimeAdapters(self._args.catalog())  # LoRA adapters loaded at run time, per model
