@@ -138,10 +138,10 @@ class KvRouter:
         policy = self._policy
         overlaps = policy.overlaps(self._indexes, req.block_hashes)
         resident = self._sessions.resident(self._clock())
-        cands = tuple(
+        cands = tuple([  # a list first: tuple() of a generator costs more
             Candidate(r, overlaps.get(r, 0), self._load.load(r), self._index_size(r), resident[r])
             for r in self._replicas
-        )
+        ])
         new_blocks = request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, self.cfg.cost)
         session = self._session_key(req) if policy.uses_sessions else ""
         home = self._sessions.replica_of(session) if session else None

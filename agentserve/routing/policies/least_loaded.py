@@ -22,7 +22,9 @@ class LeastLoadedPolicy:
         return {}
 
     def pick(self, placement: Placement, cfg: CostConfig, rng: random.Random) -> Choice | None:
-        # Overlaps come from `overlaps` (none); zeroed here too, so the policy is prefix-blind whoever builds the
-        # placement.
-        blind = tuple(c if c.overlap_blocks == 0 else replace(c, overlap_blocks=0) for c in placement.candidates)
-        return by_cost(replace(placement, candidates=blind), cfg, rng)
+        # KvRouter builds the placement from `overlaps` (none); any overlap is zeroed here too, so the policy is
+        # prefix-blind whoever builds it.
+        if any(c.overlap_blocks for c in placement.candidates):
+            blind = tuple(replace(c, overlap_blocks=0) for c in placement.candidates)
+            placement = replace(placement, candidates=blind)
+        return by_cost(placement, cfg, rng)
