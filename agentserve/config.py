@@ -286,7 +286,7 @@ class ServeArgs(_Strict):
     # tokenizing (it would otherwise defeat the prefix cache on every new session).
     strip_anthropic_preamble: bool = True
     # Render tool definitions in name order whatever order the client sent (preprocess/normalize.py). Off by
-    # default: it changes the prompt the model sees; scripts/bench_normalize.py measures what it saves.
+    # default: it changes the prompt the model sees; `agentserve bench normalize` measures what it saves.
     normalize_sort_tools: bool = False
     # max_tokens past what the window leaves after the prompt (Claude Code asks for a fixed 32K whatever the
     # model): cut to what is left and say so in `x-agentserve-max-tokens-clamped`. False: refuse, in each API's

@@ -108,17 +108,11 @@ def run(seconds: float, sessions: int) -> list[tuple[float, Sample]]:
 
 
 def build_app_with_engines(args: dict, n: int):
-    """build_app with n engine replicas (the Serve config's `num_replicas`, done in code)."""
-    from agentserve.config import ServeArgs
-    from agentserve.serve.deployments.engine import EngineReplica
-    from agentserve.serve.deployments.ingress import Ingress
-    from agentserve.serve.deployments.preprocessor import PreprocessorReplica
-    from agentserve.serve.deployments.router import RouterReplica
+    """build_app with n engine replicas (the engine's `num_replicas`, as a serve config would set it)."""
+    from agentserve.serve.app import build_app
 
-    config = ServeArgs.from_any({**args, "secret_key": "0" * 64}).model_dump(mode="json")
-    router = RouterReplica.bind(config)
-    engine = EngineReplica.options(num_replicas=n).bind(config, router)
-    return Ingress.bind(config, PreprocessorReplica.bind(config), router, engine)
+    engine = {**args.get("engine", {}), "num_replicas": n}
+    return build_app({**args, "engine": engine, "secret_key": "0" * 64})
 
 
 # -- the dashboard's arithmetic over scrapes --------------------------------------------------------------

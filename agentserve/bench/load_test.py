@@ -421,12 +421,15 @@ def named_actors(deployment: str) -> list[dict[str, str]]:
 
 
 def router_stats() -> dict[str, Any]:
+    """The Router's stats (agentserve.protocol.cluster.RouterStats) as plain data: the results JSON records them."""
     from ray import serve
 
-    return serve.get_deployment_handle("Router", APP).stats.remote().result(timeout_s=20)
+    return serve.get_deployment_handle("Router", APP).stats.remote().result(timeout_s=20).as_dict()
 
 
 def engine_stats() -> dict[str, dict[str, Any]]:
+    import dataclasses
+
     from ray import serve
 
     from agentserve.protocol import RouteDecision
@@ -434,7 +437,7 @@ def engine_stats() -> dict[str, dict[str, Any]]:
     handle = serve.get_deployment_handle("Engine", APP)
     ids = list(router_stats()["replicas"])
     calls = {r: handle.stats.remote(RouteDecision(replica_id=r)) for r in ids}  # pinned: each replica answers
-    return {r: c.result(timeout_s=20) for r, c in calls.items()}
+    return {r: dataclasses.asdict(c.result(timeout_s=20)) for r, c in calls.items()}
 
 
 def running_replicas() -> dict[str, int]:

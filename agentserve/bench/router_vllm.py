@@ -106,7 +106,7 @@ async def bench(url: str, args) -> dict:
         "ratio_ttft_p50_rr_over_kv": rr["ttft_p50_s"] / kv["ttft_p50_s"],
         "ratio_ttft_p50_turn2plus_rr_over_kv": rr["ttft_p50_turn2plus_s"] / kv["ttft_p50_turn2plus_s"],
         "rows": rows,
-        "router_stats": await router.stats.remote(),
+        "router_stats": (await router.stats.remote()).as_dict(),
     }
 
 

@@ -86,7 +86,7 @@ APP = "serving-overhead"
 def router_calls(app: str = APP) -> dict[str, int]:
     from ray import serve
 
-    return serve.get_deployment_handle("Router", app).stats.remote().result(timeout_s=10)["calls"]
+    return serve.get_deployment_handle("Router", app).stats.remote().result(timeout_s=10).calls
 
 
 def main(argv: Sequence[str] | None = None) -> None:

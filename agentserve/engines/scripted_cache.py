@@ -11,7 +11,7 @@ What it copies from vLLM v1 (`vllm/v1/core/kv_cache_manager.py`, `block_pool.py`
 * A finished or aborted request frees its blocks tail-first, so eviction takes a sequence's tail
   before its head.
 
-Block hashes are the preprocessor's chain (`preprocess/block_hash.py`), so a later prompt's
+Block hashes are the preprocessor's chain (`kv_events/block_hash.py`), so a later prompt's
 `block_hashes` find the blocks a generation stored. Under a LoRA adapter the chain starts at the adapter's root, as
 vLLM keys blocks by their LoRA, and the KV events carry the adapter as vLLM's do (`lora_name`, `lora_id`, and the
 name as each block's extra key): a prefix cached under one adapter is never a hit for another or the base model.

@@ -10,8 +10,9 @@ from starlette.requests import HTTPConnection
 from ray.serve.handle import DeploymentHandle
 
 from agentserve.apis.models import Catalog, Served
-from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
+from agentserve.config import ModelSpec, ServeArgs
 from agentserve.protocol import GenerationRequest
+from agentserve.protocol.cluster import ModelAdapters
 from agentserve.protocol.errors import RequestError
 from agentserve.ingress.middleware.auth import caller_scope
 from agentserve.ingress.hints import authorize_hints
@@ -44,15 +45,11 @@ class IngressContext:
         """Add the Router's run-time adapters this replica's catalog lacks; how many were new (0 while the Router
         is unreachable: the catalog answers from what it knows)."""
         try:
-            runtime: dict[str, list[dict[str, Any]]] = await self.path.router.adapters.remote()
+            runtime: tuple[ModelAdapters, ...] = await self.path.router.adapters.remote()
         except Exception:
             logger.warning("could not fetch run-time LoRA adapters from the router", exc_info=True)
             return 0
-        return sum(
-            self.catalog.add_adapter(model, LoraAdapterSpec.model_validate(a))
-            for model, adapters in runtime.items()
-            for a in adapters
-        )
+        return sum(self.catalog.add_adapter(entry.model, spec) for entry in runtime for spec in entry.adapters)
 
     def tokenizer_for(self, model: ModelSpec) -> Any:
         """The tokenizer of a catalog model (the ingress detokenizes and counts with it)."""

@@ -31,7 +31,8 @@ from typing import Any, Callable, Protocol
 from agentserve.protocol import AgentHints, RouteRequest
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import CostConfig
-from agentserve.routing.kv_router import KvRouter, Mode, RouterConfig
+from agentserve.routing.kv_router import KvRouter, RouterConfig
+from agentserve.routing.policies import PolicyName
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,9 +294,9 @@ BLOCK_SIZE_HINT = [128]
 class Ours(_Base):
     """agentserve's KvRouter, fed by the simulated replicas' store/evict reports."""
 
-    def __init__(self, block_size: int, mode: Mode = "kv", **cost: Any) -> None:
-        self.name = {"kv": "agentserve kv", "approx": "agentserve approx"}.get(mode, f"agentserve {mode}")
-        cfg = RouterConfig(cost=CostConfig(block_size=block_size, **cost), mode=mode, expire_after_s=1e18)
+    def __init__(self, block_size: int, policy: PolicyName = "kv", **cost: Any) -> None:
+        self.name = f"agentserve {policy}"
+        cfg = RouterConfig(cost=CostConfig(block_size=block_size, **cost), policy=policy, expire_after_s=1e18)
         self._now = [0.0]
         self._r = KvRouter(cfg, clock=lambda: self._now[0])
         self._names: list[str] = []

@@ -1,5 +1,5 @@
 """Optional normalizations that remove known cache-busters before rendering. Off by default: they change what
-the model sees (tool order), so a deployment opts in after measuring (scripts/bench_normalize.py)."""
+the model sees (tool order), so a deployment opts in after measuring (`agentserve bench normalize`)."""
 
 from __future__ import annotations
 

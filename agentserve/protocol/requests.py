@@ -13,7 +13,7 @@ from agentserve.protocol.conversation import Conversation
 
 # Token ids cross replicas (Preprocessor -> Ingress -> Engine) as one packed array of 4-byte unsigned ints, not a
 # pickled list of ints: every vocabulary fits, and a 20K-100K-token prompt crosses 1.3-1.9x faster
-# (scripts/bench_request_pickle.py).
+# (`agentserve bench request-pickle`).
 _PACKED_IDS = "I"
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]

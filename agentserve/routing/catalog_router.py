@@ -8,12 +8,15 @@ Plain Python, as KvRouter: `serve/deployments/router.py` wraps it as the Router 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from dataclasses import replace
+from typing import Iterable
 
 from agentserve.kv_events.format import KvEvent
 from agentserve.protocol import RouteDecision, RouteRequest
+from agentserve.protocol.cluster import ModelRouterStats, ReplicaStats
 from agentserve.protocol.errors import RequestError
-from agentserve.routing.kv_router import KvRouter, Mode, RouterConfig
+from agentserve.routing.kv_router import KvRouter, RouterConfig
+from agentserve.routing.policies import PolicyName
 
 
 class CatalogRouter:
@@ -111,9 +114,9 @@ class CatalogRouter:
         for router in self.routers.values():
             router.sweep_leases(force=force)
 
-    def set_mode(self, mode: Mode) -> None:
+    def set_policy(self, name: PolicyName) -> None:
         for router in self.routers.values():
-            router.set_mode(mode)
+            router.set_policy(name)
 
     # -- introspection ------------------------------------------------------------
     @property
@@ -135,22 +138,22 @@ class CatalogRouter:
             total.update(r.counters)
         return dict(total)
 
-    def snapshot(self) -> dict[str, dict[str, Any]]:
+    def snapshot(self) -> dict[str, ReplicaStats]:
         """Every replica's load and index size, each tagged with its model."""
         return {
-            replica: {**view, "model": model}
+            replica: replace(view, model=model)
             for model, router in self.routers.items()
             for replica, view in router.snapshot().items()
         }
 
-    def model_stats(self) -> dict[str, dict[str, Any]]:
+    def model_stats(self) -> dict[str, ModelRouterStats]:
         return {
-            model: {
-                "replicas": sorted(router.snapshot()),
-                "in_flight": router.in_flight,
-                "waiting": router.waiting,
-                "rejected": router.rejected,
-                "counters": dict(router.counters),
-            }
+            model: ModelRouterStats(
+                replicas=tuple(router.replicas()),
+                in_flight=router.in_flight,
+                waiting=router.waiting,
+                rejected=router.rejected,
+                counters=dict(router.counters),
+            )
             for model, router in self.routers.items()
         }

@@ -1,9 +1,9 @@
-"""The KV-aware router: prefix index + load + cost + admission, with replicas joining and leaving.
+"""The KV-aware router: prefix index + load + admission, with replicas joining and leaving.
 
 Plain Python (asyncio only for admission waits); `serve/deployments/router.py` wraps it as the Router deployment
-and feeds it KV events. Modes: `kv` (index from engine KV events, plus provisional entries for
-prompts routed but not yet reported), `approx` (index learned from routing decisions only),
-`least_loaded` (no prefix term).
+and feeds it KV events. It keeps the state (the index from engine KV events, the index learned from its own
+decisions, load leases, sessions, the admission queue) and asks its routing policy (routing/policies: kv, approx,
+least_loaded, round_robin) which replica takes each request.
 """
 
 from __future__ import annotations
@@ -11,26 +11,26 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable
 
 from agentserve.protocol import RouteDecision, RouteRequest
+from agentserve.protocol.cluster import ReplicaStats
 from agentserve.routing.admission import AdmissionQueue
 from agentserve.routing.approx import ApproxIndex
-from agentserve.routing.cost import Candidate, Choice, CostConfig, choose, request_blocks, saturated
+from agentserve.routing.cost import Candidate, Choice, CostConfig, request_blocks, saturated
 from agentserve.routing.index import ApplyStats, EventIndex
 from agentserve.kv_events.format import KvEvent
 from agentserve.routing.load import LoadTracker, ReplicaLoad
+from agentserve.routing.policies import Placement, PolicyName, PrefixIndexes, RoutingPolicy, make_policy
 from agentserve.routing.sessions import SessionTable
-
-Mode = Literal["kv", "approx", "least_loaded", "round_robin"]
 
 
 @dataclass(frozen=True, slots=True)
 class RouterConfig:
     cost: CostConfig
-    mode: Mode = "kv"
+    policy: PolicyName = "kv"
     expire_after_s: float = 10.0  # a replica silent this long is dropped
-    provisional_ttl_s: float = 30.0  # kv mode: routed prompts count as cached until events confirm
+    provisional_ttl_s: float = 30.0  # kv: routed prompts count as cached until events confirm
     approx_ttl_s: float = 120.0
     approx_max_blocks: int = 1 << 20
     max_waiting: int = 1024
@@ -54,16 +54,20 @@ class KvRouter:
         self.cfg = cfg
         self._clock = clock
         self._rng = rng or random.Random(0)
+        self._policies: dict[str, RoutingPolicy] = {}  # each used so far: switching back keeps its state
+        self._policy = self._policy_named(cfg.policy)
         self._events = EventIndex(cfg.cost.block_size)
-        ttl = cfg.approx_ttl_s if cfg.mode == "approx" else cfg.provisional_ttl_s
+        # The learned index is the whole view of a policy that learns without events (approx), else provisional.
+        learned_only = self._policy.learns and not self._policy.uses_events
+        ttl = cfg.approx_ttl_s if learned_only else cfg.provisional_ttl_s
         self._learned = ApproxIndex(ttl_s=ttl, max_blocks=cfg.approx_max_blocks, clock=clock)
+        self._indexes = PrefixIndexes(reported=self._events.index, learned=self._learned)
         self._load = LoadTracker()
         self._replicas: dict[str, _Replica] = {}
         self._sessions = SessionTable(resident_s=cfg.resident_s, max_sessions=cfg.max_sessions)
         self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
             max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock
         )
-        self._turn = 0
         self._next_sweep = 0.0
         self.counters = {"routed": 0, "prefix": 0, "affinity": 0, "queued": 0, "lapsed": 0}
 
@@ -121,16 +125,8 @@ class KvRouter:
         self._events.clear(replica)
 
     def overlaps(self, block_hashes: list[int]) -> dict[str, int]:
-        if self.cfg.mode in ("least_loaded", "round_robin"):
-            return {}
-        learned = self._learned.overlaps(block_hashes)
-        if self.cfg.mode == "approx":
-            return learned
-        found = self._events.index.overlaps(block_hashes)
-        for r, n in learned.items():
-            if n > found.get(r, 0):
-                found[r] = n
-        return found
+        """Cached leading blocks per replica, as the policy reads the indexes."""
+        return self._policy.overlaps(self._indexes, block_hashes)
 
     # -- routing -------------------------------------------------------------
     def try_route(self, req: RouteRequest) -> RouteDecision | None:
@@ -139,32 +135,18 @@ class KvRouter:
         self.sweep_leases()
         if not self._replicas:
             return RouteDecision(replica_id=None, reason="no_replica")
-        if self.cfg.mode == "round_robin":  # a baseline for benchmarks
-            self._turn += 1
-            names = sorted(self._replicas)
-            choice = Choice(names[self._turn % len(names)], 0, 0.0, "least_loaded")
-            self._commit(req, choice, request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, self.cfg.cost), "")
-            return RouteDecision(replica_id=choice.replica, reason="least_loaded")
-        overlaps = self.overlaps(req.block_hashes)
+        policy = self._policy
+        overlaps = policy.overlaps(self._indexes, req.block_hashes)
         resident = self._sessions.resident(self._clock())
-        cands = [
+        cands = tuple([  # a list first: tuple() of a generator costs more
             Candidate(r, overlaps.get(r, 0), self._load.load(r), self._index_size(r), resident[r])
             for r in self._replicas
-        ]
-        cfg = self.cfg.cost
-        osl = req.hints.osl
-        new_blocks = request_blocks(req.prompt_tokens, osl, req.max_tokens, cfg)
-        session = self._session_key(req)
+        ])
+        new_blocks = request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, self.cfg.cost)
+        session = self._session_key(req) if policy.uses_sessions else ""
         home = self._sessions.replica_of(session) if session else None
-        choice = choose(
-            cands,
-            prompt_tokens=req.prompt_tokens,
-            new_blocks=new_blocks,
-            cfg=cfg,
-            session_replica=home,
-            new_session=bool(session) and home is None,
-            rng=self._rng,
-        )
+        placement = Placement(cands, req.prompt_tokens, new_blocks, home, bool(session) and home is None)
+        choice = policy.pick(placement, self.cfg.cost, self._rng)
         if choice is None:
             return None
         self._commit(req, choice, new_blocks, session)
@@ -237,17 +219,18 @@ class KvRouter:
     def rejected(self) -> int:
         return self._queue.rejected
 
-    def snapshot(self) -> dict[str, dict[str, float]]:
+    def snapshot(self) -> dict[str, ReplicaStats]:
+        """Each replica's load and index sizes, by replica id (the model left to the caller: this router has one)."""
         out = {}
         for r in sorted(self._replicas):
             ld = self._load.load(r)
-            out[r] = {
-                "in_flight": ld.in_flight,
-                "prefill_tokens": ld.prefill_tokens,
-                "active_blocks": round(ld.active_blocks, 2),
-                "indexed_blocks": self._events.index.size(r),
-                "learned_blocks": self._learned.index.size(r),
-            }
+            out[r] = ReplicaStats(
+                in_flight=ld.in_flight,
+                prefill_tokens=ld.prefill_tokens,
+                active_blocks=round(ld.active_blocks, 2),
+                indexed_blocks=self._events.index.size(r),
+                learned_blocks=self._learned.index.size(r),
+            )
         return out
 
     # -- internals -----------------------------------------------------------
@@ -261,7 +244,7 @@ class KvRouter:
     def _commit(self, req: RouteRequest, choice: Choice, new_blocks: float, session: str) -> None:
         uncached = max(0, req.prompt_tokens - choice.overlap_blocks * self.cfg.cost.block_size)
         self._load.start(req.request_id, choice.replica, uncached, new_blocks, self._clock() + self.cfg.lease_s)
-        if self.cfg.mode not in ("least_loaded", "round_robin"):
+        if self._policy.learns:
             self._learned.learn(choice.replica, req.block_hashes)
         if session:
             self._sessions.touch(session, choice.replica, self._clock())
@@ -273,7 +256,20 @@ class KvRouter:
         if len(self._queue):
             self._queue.pump(self.try_route)
 
+    def _policy_named(self, name: str) -> RoutingPolicy:
+        policy = self._policies.get(name)
+        if policy is None:
+            policy = self._policies[name] = make_policy(name)
+        return policy
 
-    def set_mode(self, mode: Mode) -> None:
-        """Switch policy in place (benchmarks interleave policies on the same engines)."""
-        self.cfg = replace(self.cfg, mode=mode)
+    # -- policy ----------------------------------------------------------------
+    @property
+    def policy(self) -> RoutingPolicy:
+        return self._policy
+
+    def set_policy(self, name: PolicyName) -> None:
+        """Switch policy in place (benchmarks interleave policies on the same engines): the indexes, leases and
+        sessions stay; a policy used before comes back with its own state (round robin's turn). ValueError for an
+        unknown name."""
+        self._policy = self._policy_named(name)
+        self.cfg = replace(self.cfg, policy=name)

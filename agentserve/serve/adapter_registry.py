@@ -11,13 +11,14 @@ memory: a restarted Router relearns the adapters from the engine replicas that h
 from __future__ import annotations
 
 from agentserve.config import LoraAdapterSpec, ModelSpec
+from agentserve.protocol.cluster import ModelAdapters
 from agentserve.protocol.errors import RequestError
 
 
 class RuntimeAdapters:
     def __init__(self, catalog: tuple[ModelSpec, ...] | list[ModelSpec]) -> None:
         self._declared = {name: m.id for m in catalog for name in m.served_names()}
-        self._models = {m.id for m in catalog}
+        self._models = tuple(m.id for m in catalog)  # catalog order: listings come in it
         self._committed: dict[str, dict[str, LoraAdapterSpec]] = {m: {} for m in self._models}
         self._pending: dict[str, dict[str, LoraAdapterSpec]] = {m: {} for m in self._models}
 
@@ -72,3 +73,10 @@ class RuntimeAdapters:
     def committed(self) -> dict[str, list[LoraAdapterSpec]]:
         """Every model's servable run-time adapters (what an Ingress replica adds to its catalog on a miss)."""
         return {m: list(specs.values()) for m, specs in self._committed.items() if specs}
+
+    def listing(self, model: str | None = None, *, pending: bool = False) -> tuple[ModelAdapters, ...]:
+        """Router.adapters' answer: one entry for `model` (`for_model`), or one per model with servable run-time
+        adapters (`committed`)."""
+        if model is not None:
+            return (ModelAdapters(model, tuple(self.for_model(model, pending=pending))),)
+        return tuple(ModelAdapters(m, tuple(specs)) for m, specs in self.committed().items())

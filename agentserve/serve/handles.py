@@ -11,7 +11,7 @@ the replica, a handle takes the transport of the cluster it runs in, wherever th
 Calls and results travel as plain pickle, not Serve's default cloudpickle: every message between agentserve's
 deployments is an instance of an importable class (pydantic models, dataclasses), so cloudpickle's one addition,
 pickling classes and functions by value, is never needed, and its per-object Python hook cost the Ingress 7.2 against 4.4 ms to send a 300-turn agent conversation to the
-Preprocessor (scripts/bench_request_pickle.py at git 3e5d9a2; docs/BENCHMARKS.md, "What a long prompt costs to
+Preprocessor (`agentserve bench request-pickle`, then scripts/bench_request_pickle.py, at git 3e5d9a2; docs/BENCHMARKS.md, "What a long prompt costs to
 carry").
 """
 

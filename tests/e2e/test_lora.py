@@ -13,6 +13,7 @@ import openai
 import pytest
 from ray import serve
 
+from agentserve.config import LoraAdapterSpec
 from agentserve.kv_events.block_hash import block_hashes
 from tests.conftest import running_graph
 from tests.e2e.test_vllm_graph import BLOCK, VLLM_ARGS
@@ -108,11 +109,13 @@ def test_an_adapter_is_loaded_at_run_time_and_a_bad_one_is_refused(oai, adapter_
     """The engine replica's admin call (what the ingress's admin route calls on every replica): an adapter vLLM
     cannot load is refused with its reason and the replica keeps serving; a good one is served from then on."""
     engine = serve.get_deployment_handle("Engine", app_name="agentserve")
-    bad = engine.load_adapter.remote({"id": "missing", "path": str(adapter_path.parent / "no-such-adapter")}).result()
-    assert "cannot load LoRA adapter 'missing'" in bad["error"] and "missing" not in bad["adapters"]
+    missing = LoraAdapterSpec(id="missing", path=str(adapter_path.parent / "no-such-adapter"))
+    bad = engine.load_adapter.remote(missing).result()
+    assert "cannot load LoRA adapter 'missing'" in bad.error and "missing" not in bad.adapters
     assert _say(oai, PIRATE).choices[0].message.content  # still serving
 
-    good = engine.load_adapter.remote({"id": "smollm2-pirate-late", "path": str(adapter_path)}).result()
-    assert good["loaded"] is True and good["adapters"] == [PIRATE, TWIN, "smollm2-pirate-late"]
-    again = engine.load_adapter.remote({"id": "smollm2-pirate-late", "path": str(adapter_path)}).result()
-    assert again["loaded"] is False and "error" not in again
+    late = LoraAdapterSpec(id="smollm2-pirate-late", path=str(adapter_path))
+    good = engine.load_adapter.remote(late).result()
+    assert good.loaded is True and good.adapters == (PIRATE, TWIN, "smollm2-pirate-late")
+    again = engine.load_adapter.remote(late).result()
+    assert again.loaded is False and again.error is None

@@ -13,6 +13,7 @@ import yaml
 from ray import serve
 
 from agentserve.engines import process_guard
+from agentserve.protocol.cluster import EngineReplicaStats
 from tests.conftest import running_graph
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +85,7 @@ def test_a_prompt_past_the_trained_8k_window_is_served(client, vllm_url):
     assert reply.usage.completion_tokens >= 1 and reply.choices[0].finish_reason in ("stop", "length")
 
 
-def _stats() -> dict:
+def _stats() -> EngineReplicaStats:
     return serve.get_deployment_handle("Engine", "agentserve").stats.remote().result()
 
 
@@ -105,11 +106,11 @@ def test_disconnect_aborts_the_vllm_request(vllm_url):
                 break
     deadline = time.monotonic() + 10
     stats = _stats()
-    while time.monotonic() < deadline and not (stats["active"] == 0 and stats["aborted"] > before["aborted"]):
+    while time.monotonic() < deadline and not (stats.active == 0 and stats.aborted > before.aborted):
         time.sleep(0.2)
         stats = _stats()
-    assert stats["aborted"] == before["aborted"] + 1
-    assert stats["active"] == 0
+    assert stats.aborted == before.aborted + 1
+    assert stats.active == 0
 
 
 def _cmdlines() -> dict[int, str]:

@@ -8,6 +8,8 @@ from typing import Callable
 
 from ray import serve
 
+from agentserve.protocol.cluster import RouterStats
+
 
 def wait_for(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.1, *, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
@@ -21,7 +23,7 @@ def wait_for(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.1
     raise AssertionError(f"{what} not met within {timeout}s")
 
 
-def router_stats(app: str) -> dict:
+def router_stats(app: str) -> RouterStats:
     return serve.get_deployment_handle("Router", app).stats.remote().result(timeout_s=10)
 
 
@@ -30,5 +32,5 @@ def engine_active(app: str) -> int:
     from agentserve.protocol import RouteDecision
 
     handle = serve.get_deployment_handle("Engine", app)
-    calls = [handle.stats.remote(RouteDecision(replica_id=r)) for r in router_stats(app)["replicas"]]
-    return sum(c.result(timeout_s=10)["active"] for c in calls)
+    calls = [handle.stats.remote(RouteDecision(replica_id=r)) for r in router_stats(app).replicas]
+    return sum(c.result(timeout_s=10).active for c in calls)

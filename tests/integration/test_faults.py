@@ -20,6 +20,7 @@ import pytest
 import ray
 from ray import serve
 
+from agentserve.protocol.cluster import RouterStats
 from tests.conftest import running_graph
 from tests.integration import graph_probe
 from tests.integration.graph_probe import wait_for
@@ -40,11 +41,11 @@ ARGS: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def url(model_path) -> Iterator[str]:
     with running_graph(ARGS, name=APP) as u:
-        wait_for(lambda: len(router_stats()["replicas"]) == 2, timeout=120)
+        wait_for(lambda: len(router_stats().replicas) == 2, timeout=120)
         yield u
 
 
-def router_stats() -> dict:
+def router_stats() -> RouterStats:
     return graph_probe.router_stats(APP)
 
 
@@ -153,8 +154,8 @@ def test_killed_replica_ends_its_streams_with_api_errors_and_traffic_moves_on(ur
             tasks = [asyncio.create_task(stream(c, api)) for api in APIS]
             victim = None
             for _ in range(300):
-                replicas = (await asyncio.to_thread(router_stats))["replicas"]
-                busy = {r: v["in_flight"] for r, v in replicas.items()}
+                replicas = (await asyncio.to_thread(router_stats)).replicas
+                busy = {r: v.in_flight for r, v in replicas.items()}
                 if sum(busy.values()) >= 3:
                     victim = max(busy, key=busy.get)
                     break
@@ -173,14 +174,14 @@ def test_killed_replica_ends_its_streams_with_api_errors_and_traffic_moves_on(ur
     # over the replicas, so the three need not share one).
     assert list(outcomes.values()).count("error") == on_victim, (outcomes, on_victim)
     assert list(outcomes.values()).count("completed") == 3 - on_victim, outcomes
-    wait_for(lambda: victim not in router_stats()["replicas"], timeout=30)
+    wait_for(lambda: victim not in router_stats().replicas, timeout=30)
     # New requests avoid the dead replica (before and after Serve replaces it).
     with httpx.Client(base_url=url, timeout=60) as c:
         for i in range(4):
             path, body = request(APIS[i % 3], f"after crash {i}", stream=False)
             r = c.post(path, json=body)
             assert r.status_code == 200, r.text
-    wait_for(lambda: len(router_stats()["replicas"]) == 2, timeout=120)
+    wait_for(lambda: len(router_stats().replicas) == 2, timeout=120)
 
 
 # -- preprocessor / router failures ------------------------------------------------------------------------------------
@@ -211,7 +212,7 @@ def test_dead_preprocessor_or_router_is_a_clean_retryable_error(url, deployment)
                 assert (err["error"]["type"] == "overloaded_error") if api == "anthropic" else (err["error"]["type"] == "server_error")
             time.sleep(0.2)
     assert ok >= 3, statuses  # Serve restarted it and traffic flows again
-    wait_for(lambda: len(router_stats()["replicas"]) == 2, timeout=60)
+    wait_for(lambda: len(router_stats().replicas) == 2, timeout=60)
 
 
 # -- graceful drain on redeploy ------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import ray
 
+from agentserve.protocol.cluster import RouterStats
 from tests.conftest import running_graph
 from tests.integration import graph_probe
 from tests.integration.graph_probe import wait_for
@@ -33,11 +34,11 @@ ARGS: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def url(model_path) -> Iterator[str]:
     with running_graph(ARGS, name=APP) as u:
-        wait_for(lambda: len(router_stats()["replicas"]) == 1, timeout=120)
+        wait_for(lambda: len(router_stats().replicas) == 1, timeout=120)
         yield u
 
 
-def router_stats() -> dict:
+def router_stats() -> RouterStats:
     return graph_probe.router_stats(APP)
 
 
@@ -47,7 +48,7 @@ def engine_active() -> int:
 
 def nothing_held() -> bool:
     stats = router_stats()
-    return stats["in_flight"] == 0 and all(v["in_flight"] == 0 for v in stats["replicas"].values()) and engine_active() == 0
+    return stats.in_flight == 0 and all(v.in_flight == 0 for v in stats.replicas.values()) and engine_active() == 0
 
 
 def assert_slot_free(url: str, within_s: float = 4.0, *, expect_released: bool = True) -> None:
@@ -55,7 +56,7 @@ def assert_slot_free(url: str, within_s: float = 4.0, *, expect_released: bool =
     at once rather than queued behind a leaked slot."""
     wait_for(nothing_held, timeout=within_s)
     if expect_released:
-        assert router_stats()["counters"]["lapsed"] == 0  # every slot was released, none left to expire
+        assert router_stats().counters["lapsed"] == 0  # every slot was released, none left to expire
     started = time.monotonic()
     r = httpx.post(f"{url}/v1/chat/completions", timeout=30,
                    json={"model": "smollm2", "messages": [{"role": "user", "content": "hello"}]})
@@ -78,7 +79,7 @@ def _hold_the_slot(url: str, until: threading.Event) -> threading.Thread:
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    wait_for(lambda: router_stats()["in_flight"] == 1, timeout=20)
+    wait_for(lambda: router_stats().in_flight == 1, timeout=20)
     return t
 
 
@@ -90,15 +91,15 @@ def test_client_leaving_while_queued_for_admission(url):
         async with httpx.AsyncClient(base_url=url, timeout=60) as c:
             task = asyncio.create_task(c.post("/v1/chat/completions", json=chat("queued")))
             for _ in range(100):
-                if (await asyncio.to_thread(router_stats))["waiting"] == 1:
+                if (await asyncio.to_thread(router_stats)).waiting == 1:
                     break
                 await asyncio.sleep(0.05)
-            assert (await asyncio.to_thread(router_stats))["waiting"] == 1
+            assert (await asyncio.to_thread(router_stats)).waiting == 1
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(queued_then_gone())
-    wait_for(lambda: router_stats()["waiting"] == 0, timeout=10)
+    wait_for(lambda: router_stats().waiting == 0, timeout=10)
     release.set()
     holder.join(timeout=30)
     assert_slot_free(url)
@@ -145,10 +146,10 @@ def test_one_client_request_id_twice_is_two_requests(url):
 
     first = threading.Thread(target=run, args=(0, True))
     first.start()
-    wait_for(lambda: router_stats()["in_flight"] == 1, timeout=20)
+    wait_for(lambda: router_stats().in_flight == 1, timeout=20)
     second = threading.Thread(target=run, args=(1, False))
     second.start()  # queued behind the first: the id does not let it share the first one's slot
-    wait_for(lambda: router_stats()["waiting"] == 1, timeout=20)
+    wait_for(lambda: router_stats().waiting == 1, timeout=20)
     leave.set()
     first.join(timeout=30)
     second.join(timeout=60)

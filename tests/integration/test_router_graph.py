@@ -10,6 +10,7 @@ import pytest
 import ray
 from ray import serve
 
+from agentserve.protocol.cluster import RouterStats
 from tests.conftest import running_graph
 
 pytestmark = pytest.mark.integration
@@ -25,11 +26,11 @@ def router():
     return serve.get_deployment_handle("Router", app_name="agentserve")
 
 
-def stats() -> dict:
+def stats() -> RouterStats:
     return router().stats.remote().result()
 
 
-async def astats() -> dict:
+async def astats() -> RouterStats:
     return await router().stats.remote()
 
 
@@ -50,7 +51,7 @@ def url(model_path):
         "router": {"max_in_flight_per_replica": 2, "max_waiting": 1, "max_wait_s": 1.0, "retry_after_s": 3},
     }
     with running_graph(args) as u:
-        wait_for(lambda: len(stats()["replicas"]) == 2)
+        wait_for(lambda: len(stats().replicas) == 2)
         yield u
 
 
@@ -73,10 +74,10 @@ def test_sessions_stick_to_the_replica_holding_their_prefix(url):
             messages += [{"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]},
                          {"role": "user", "content": f"tool output {turn} " * 20}]
     st = stats()
-    assert st["events"]["batches"] > 0 and st["events"]["resets"] == 0
+    assert st.events["batches"] > 0 and st.events["resets"] == 0
     # Every later turn found its session's prefix where the earlier turn left it.
-    assert max(v["indexed_blocks"] for v in st["replicas"].values()) > 0
-    assert st["counters"]["prefix"] >= 8
+    assert max(v.indexed_blocks for v in st.replicas.values()) > 0
+    assert st.counters["prefix"] >= 8
 
 
 async def _slow(client, url, i):
@@ -91,7 +92,7 @@ def test_load_spreads_then_admission_sheds_with_retry_after(url):
             tasks = [asyncio.create_task(_slow(client, url, i)) for i in range(4)]
             busy: dict = {}
             for _ in range(100):  # until all four are routed (preprocessing is slow on a busy machine)
-                busy = {r: v["in_flight"] for r, v in (await astats())["replicas"].items()}
+                busy = {r: v.in_flight for r, v in (await astats()).replicas.items()}
                 if sum(busy.values()) == 4:
                     break
                 await asyncio.sleep(0.1)
@@ -119,7 +120,7 @@ def test_killed_replica_fails_its_request_loudly_and_leaves_the_index(url):
             victim = None
             while victim is None:
                 await asyncio.sleep(0.1)
-                victim = next((r for r, v in (await astats())["replicas"].items() if v["in_flight"] > 0), None)
+                victim = next((r for r, v in (await astats()).replicas.items() if v.in_flight > 0), None)
             actor = next(a for a in ray.util.list_named_actors(all_namespaces=True)
                          if victim in a["name"] and "Engine" in a["name"])
             ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
@@ -128,8 +129,8 @@ def test_killed_replica_fails_its_request_loudly_and_leaves_the_index(url):
     victim, resp = asyncio.run(run())
     # The client learns: a non-streaming request that lost its engine is an error, not an empty 200.
     assert resp.status_code >= 500, resp.text
-    wait_for(lambda: victim not in stats()["replicas"], timeout=30)
+    wait_for(lambda: victim not in stats().replicas, timeout=30)
     # Serve replaces the replica; the new one joins the index and traffic flows again.
-    wait_for(lambda: len(stats()["replicas"]) == 2, timeout=90)
+    wait_for(lambda: len(stats().replicas) == 2, timeout=90)
     r = chat(url, [{"role": "user", "content": "after the crash"}])
     assert r.status_code == 200

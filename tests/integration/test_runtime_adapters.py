@@ -64,8 +64,8 @@ class Graph(DeployedGraph):
         from agentserve.protocol import RouteDecision
 
         s = serve.get_deployment_handle(ENGINE, APP).stats.remote(RouteDecision(replica_id=replica)).result(timeout_s=10)
-        assert s["replica_id"] == replica
-        return s["started"]
+        assert s.replica_id == replica
+        return s.started
 
     def load(self, body: dict[str, Any], headers: dict[str, str] | None = AUTH) -> httpx.Response:
         return httpx.post(f"{self.url}/v1/admin/adapters", json=body, headers=headers, timeout=60)
@@ -206,7 +206,7 @@ def test_a_restarted_router_relearns_run_time_adapters_from_the_engines(graph, p
 
     def relearnt() -> bool:
         runtime = graph.router().adapters.remote().result(timeout_s=5)
-        return "pirate" in {a["id"] for a in runtime.get(MODEL, [])}
+        return "pirate" in {a.id for entry in runtime if entry.model == MODEL for a in entry.adapters}
 
     wait_for("the new Router to relearn the adapters from the engine replicas' registrations", relearnt, 60)
     assert graph.load({"model": MODEL, "id": "pirate", "path": "/adapters/other"}).status_code == 400  # still served

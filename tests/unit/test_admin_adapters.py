@@ -18,6 +18,7 @@ from starlette.requests import Request
 from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.models import Catalog
 from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
+from agentserve.protocol.cluster import AdapterLoadResult, ModelAdapters
 from agentserve.protocol.errors import RequestError
 from tests.unit.fake_handles import Method
 from agentserve.serve.adapter_registry import RuntimeAdapters
@@ -39,8 +40,8 @@ class FakeRouter:
         self.registry = RuntimeAdapters(MODELS)
         self.live = replicas
 
-        async def claim(model: str, adapter: dict[str, Any]) -> None:
-            self.registry.claim(model, LoraAdapterSpec.model_validate(adapter))
+        async def claim(model: str, adapter: LoraAdapterSpec) -> None:
+            self.registry.claim(model, adapter)
 
         async def commit(model: str, adapter_id: str) -> None:
             self.registry.commit(model, adapter_id)
@@ -48,10 +49,8 @@ class FakeRouter:
         async def release(model: str, adapter_id: str) -> None:
             self.registry.release(model, adapter_id)
 
-        async def adapters(model: str | None = None, pending: bool = False) -> Any:
-            if model is not None:
-                return [s.model_dump() for s in self.registry.for_model(model, pending=pending)]
-            return {m: [s.model_dump() for s in specs] for m, specs in self.registry.committed().items()}
+        async def adapters(model: str | None = None, pending: bool = False) -> tuple[ModelAdapters, ...]:
+            return self.registry.listing(model, pending=pending)
 
         async def replicas_of(model: str) -> dict[str, int]:
             return {r: 0 for r in self.live.get(model, [])}
@@ -68,19 +67,15 @@ class FakeEngine:
         self.behaviour = behaviour
         self.loaded: dict[str, list[str]] = {rid: [] for rid in behaviour}
 
-        async def load(adapter: dict[str, Any], route: Any) -> dict[str, Any]:
+        async def load(adapter: LoraAdapterSpec, route: Any) -> AdapterLoadResult:
             rid = route.replica_id
             what = self.behaviour[rid]
             if what == "elsewhere":
                 rid = next(r for r, b in self.behaviour.items() if b == "ok")
-            out: dict[str, Any] = {"replica_id": rid, "model": model}
             if what in ("ok", "elsewhere"):
-                self.loaded[rid].append(adapter["id"])
-                out["loaded"] = True
-            else:
-                out["error"] = what
-            out["adapters"] = list(self.loaded[rid])
-            return out
+                self.loaded[rid].append(adapter.id)
+                return AdapterLoadResult(rid, model, tuple(self.loaded[rid]), loaded=True)
+            return AdapterLoadResult(rid, model, tuple(self.loaded[rid]), error=what)
 
         self.load_adapter = Method(load)
 
@@ -136,6 +131,32 @@ def test_a_load_reaches_every_replica_then_is_served_under_its_names():
     assert card["root"] == "pirate" and card["parent"] == "base/a"
 
 
+# The route's bytes, recorded before the Router and engine calls became typed messages (git 0833738).
+_GOLDEN = [
+    ({"r1": "ok", "r2": "ok"}, {"model": "a", "id": "pirate", "path": "/p", "aliases": ["arr"]}, 200,
+     '{"object":"model","id":"pirate","parent":"base/a","path":"/p","aliases":["arr"],"replicas":["r1","r2"]}'),
+    ({"r2": "ok", "r1": "ok", "r3": "ok"}, {"model": "base/a", "id": "x", "path": "/x"}, 200,
+     '{"object":"model","id":"x","parent":"base/a","path":"/x","aliases":[],"replicas":["r1","r2","r3"]}'),
+    ({"r1": "ok", "r2": "cannot load: bad"}, {"model": "a", "id": "pirate", "path": "/p"}, 400,
+     '{"error":{"message":"cannot load LoRA adapter \'pirate\' on base/a: replica r2: cannot load: bad. It w'
+     'as loaded on r1 before the failure and stays inert there (not served).","type":"invalid_request_error",'
+     '"param":"path","code":"adapter_load_failed"}}'),
+    ({"r1": "gone"}, {"model": "a", "id": "pirate", "path": "/p"}, 503,
+     '{"error":{"message":"no engine replica of base/a is running: load the adapter once one is",'
+     '"type":"server_error","param":null,"code":null}}'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("behaviour", "body", "status", "raw"), _GOLDEN)
+def test_the_route_answers_the_same_bytes_as_before(behaviour, body, status, raw):
+    ctx, _, _ = _setup(behaviour)
+    try:
+        resp = asyncio.run(AdapterAdmin(ctx).load(_request(body)))
+    except RequestError as err:
+        resp = ROUTE_ENVELOPES.response(PATH, err)
+    assert (resp.status_code, resp.body.decode()) == (status, raw)
+
+
 def test_a_failure_on_one_replica_serves_nothing_and_names_where_it_loaded():
     ctx, router, engine = _setup({"r1": "ok", "r2": "cannot load LoRA adapter 'pirate': no adapter_config.json"})
     status, err = _refused(ctx, {"model": "base/a", "id": "pirate", "path": "/bad"})
@@ -152,7 +173,7 @@ def test_a_failure_on_one_replica_serves_nothing_and_names_where_it_loaded():
 def test_a_replica_that_left_during_the_load_is_skipped():
     ctx, router, engine = _setup({"r1": "ok", "r2": "elsewhere"})
 
-    async def r2_leaves(adapter: dict[str, Any], route: Any) -> dict[str, Any]:
+    async def r2_leaves(adapter: LoraAdapterSpec, route: Any) -> AdapterLoadResult:
         router.live["base/a"] = ["r1"]
         return await original(adapter, route)
 
@@ -177,7 +198,7 @@ def test_a_replica_that_registers_during_the_load_gets_it_too():
     router.live["base/a"] = ["r1"]  # r2 is still starting when the load begins
     original = engine.load_adapter.fn
 
-    async def r2_joins(adapter: dict[str, Any], route: Any) -> dict[str, Any]:
+    async def r2_joins(adapter: LoraAdapterSpec, route: Any) -> AdapterLoadResult:
         router.live["base/a"] = ["r1", "r2"]
         return await original(adapter, route)
 

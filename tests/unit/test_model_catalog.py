@@ -176,8 +176,8 @@ def test_codex_catalog_lists_models_and_adapters_and_hides_aliases():
 # -- one router per model ----------------------------------------------------------------------------------------
 
 
-def _router(mode: str = "kv") -> CatalogRouter:
-    cfg = RouterConfig(cost=CostConfig(block_size=16), mode=mode)  # type: ignore[arg-type]
+def _router(policy: str = "kv") -> CatalogRouter:
+    cfg = RouterConfig(cost=CostConfig(block_size=16), policy=policy)  # type: ignore[arg-type]
     router = CatalogRouter.from_configs({"a": cfg, "b": cfg})
     for replica, model in (("ra1", "a"), ("ra2", "a"), ("rb1", "b")):
         router.register(replica, model, events=False)
@@ -188,9 +188,9 @@ def _req(rid: str, model: str, hashes: list[int]) -> RouteRequest:
     return RouteRequest(request_id=rid, model=model, block_hashes=hashes, prompt_tokens=16 * len(hashes), max_tokens=8)
 
 
-@pytest.mark.parametrize("mode", ["kv", "approx"])
-def test_a_prefix_routed_under_one_model_is_never_a_hit_for_another(mode):
-    router = _router(mode)
+@pytest.mark.parametrize("policy", ["kv", "approx"])
+def test_a_prefix_routed_under_one_model_is_never_a_hit_for_another(policy):
+    router = _router(policy)
     hashes = [11, 22, 33, 44]
 
     async def go():
@@ -214,13 +214,13 @@ def test_requests_go_only_to_their_models_replicas_and_leases_stay_per_model():
         return [await router.route(_req(f"b{i}", "b", [i])) for i in range(5)]
 
     assert {d.replica_id for d in asyncio.run(go())} == {"rb1"}
-    assert router.model_stats()["b"]["in_flight"] == 5 and router.model_stats()["a"]["in_flight"] == 0
+    assert router.model_stats()["b"].in_flight == 5 and router.model_stats()["a"].in_flight == 0
     assert router.route_to(_req("x", "a", [1]), "rb1") is None  # never pinned on another model's replica
     router.report("rb1", [], ["b0", "b1"])
     router.release("b2")  # from the ingress, model unnamed
     router.release("b3", "b")
-    assert router.model_stats()["b"]["in_flight"] == 1
-    assert {r: v["model"] for r, v in router.snapshot().items()} == {"ra1": "a", "ra2": "a", "rb1": "b"}
+    assert router.model_stats()["b"].in_flight == 1
+    assert {r: v.model for r, v in router.snapshot().items()} == {"ra1": "a", "ra2": "a", "rb1": "b"}
 
 
 def test_a_replica_leaving_leaves_only_its_models_index():

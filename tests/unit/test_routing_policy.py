@@ -25,13 +25,13 @@ def req(i, tokens, session=None, priority=0, osl=None) -> RouteRequest:
     )
 
 
-def make(mode="kv", now=None, **cost) -> KvRouter:
+def make(policy="kv", now=None, **cost) -> KvRouter:
     clock = (lambda: now[0]) if now else None
-    cfg = RouterConfig(cost=CostConfig(block_size=BS, overlap_weight=8, **cost), mode=mode, max_waiting=2,
+    cfg = RouterConfig(cost=CostConfig(block_size=BS, overlap_weight=8, **cost), policy=policy, max_waiting=2,
                        max_wait_s=0.5, expire_after_s=10)
     r = KvRouter(cfg, clock=clock) if clock else KvRouter(cfg)
     for name in "ab":
-        r.register(name, events=mode == "kv")
+        r.register(name, events=policy == "kv")
     return r
 
 
@@ -151,8 +151,8 @@ def test_a_new_session_never_goes_to_a_replica_over_the_spread_bound(steps):
         seen[f"s{session}"] = (d.replica_id, now[0])
 
 
-def test_approx_mode_learns_from_its_own_decisions():
-    r = make(mode="approx")
+def test_approx_policy_learns_from_its_own_decisions():
+    r = make(policy="approx")
     prompt = list(range(64))
     first = r.try_route(req(0, prompt)).replica_id
     r.release("r0")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -21,6 +20,7 @@ from fastapi.responses import JSONResponse
 from agentserve.apis.admin_adapters import LoadAdapterRequest, loaded_body
 from agentserve.config import LoraAdapterSpec
 from agentserve.protocol import RouteDecision
+from agentserve.protocol.cluster import AdapterLoadResult
 from agentserve.protocol.errors import RequestError
 from agentserve.ingress.context import IngressContext
 from agentserve.ingress.http import parse_body
@@ -45,7 +45,7 @@ class AdapterAdmin:
             )
         model, spec = served.model.id, body.spec()
         router = self._ctx.path.router
-        await router.claim_adapter.remote(model, spec.model_dump())  # RequestError if a name is served already
+        await router.claim_adapter.remote(model, spec)  # RequestError if a name is served already
         done: dict[str, list[str]] = {}
         try:
             done = await self._load_everywhere(model, spec)
@@ -95,15 +95,15 @@ class AdapterAdmin:
         engine = self._ctx.path.unary_engines[model]
         route = RouteDecision(replica_id=rid, reason="only_replica")
         for _ in range(PINNED_ATTEMPTS):
-            answer: dict[str, Any] = await engine.load_adapter.remote(spec.model_dump(), route)
-            if answer.get("replica_id") != rid:  # Serve had no such replica at hand: is it still there?
+            answer: AdapterLoadResult = await engine.load_adapter.remote(spec, route)
+            if answer.replica_id != rid:  # Serve had no such replica at hand: is it still there?
                 if rid not in await self._ctx.path.router.replicas.remote(model):
                     return None  # it left: nothing to load, and replicas that start later load it themselves
                 await asyncio.sleep(0.5)
                 continue
-            if "error" in answer:
-                raise ValueError(answer["error"])
-            return list(answer.get("adapters", []))
+            if answer.error is not None:
+                raise ValueError(answer.error)
+            return list(answer.adapters)
         raise ValueError(f"calls pinned to replica {rid} were answered by other replicas {PINNED_ATTEMPTS} times")
 
 

@@ -19,6 +19,7 @@ from agentserve import metrics
 from agentserve.config import LoraAdapterSpec, ResolvedCatalog, ServeArgs
 from agentserve.engines import make_engine
 from agentserve.protocol import EngineDelta, EngineRequest, RouteDecision
+from agentserve.protocol.cluster import AdapterLoadResult, EngineReplicaStats, ModelAdapters, ReplicaRegistration
 from agentserve.serve.autoscaling import PrefillTracker
 from agentserve.serve.handles import on_this_process
 from agentserve.serve.ray_metrics import start_export
@@ -111,7 +112,7 @@ class EngineReplica:
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._router = on_this_process(router)
         self._signals = RouterSignals(self._router, self._replica_id)
-        self._registration = self._kv_registration()
+        self._kv_endpoints = self._kv_endpoints_of_engine()
         await self._load_runtime_adapters()  # before registering: no adapter request reaches a replica without it
         await self._router.register.remote(self._replica_id, self._registration_info())
         self._heartbeat = asyncio.create_task(self._report_forever())
@@ -122,12 +123,11 @@ class EngineReplica:
         a replica added by scale-up or a restart serves them too. One that fails to load is logged, not fatal: the
         replica still serves the base model and every other adapter."""
         try:
-            runtime = await self._router.adapters.remote(self._model.id, True)
+            runtime: tuple[ModelAdapters, ...] = await self._router.adapters.remote(self._model.id, True)
         except Exception:  # the router is restarting: it has forgotten run-time adapters anyway
             logger.warning("could not fetch run-time LoRA adapters from the router", exc_info=True)
             return
-        for adapter in runtime:
-            spec = LoraAdapterSpec.model_validate(adapter)
+        for spec in (s for entry in runtime for s in entry.adapters):
             try:
                 await self._engine.load_adapter(spec)
                 logger.info("replica %s loaded run-time LoRA adapter %s", self._replica_id, spec.id)
@@ -135,26 +135,24 @@ class EngineReplica:
                 logger.warning("replica %s could not load run-time LoRA adapter %s", self._replica_id, spec.id,
                                exc_info=True)  # fmt: skip
 
-    def _registration_info(self) -> dict[str, Any]:
+    def _registration_info(self) -> ReplicaRegistration:
         """What the router learns as this replica registers: its KV endpoints and the LoRA adapters it holds beyond
         the declared ones (so a restarted Router relearns the adapters loaded at run time)."""
         declared = {a.id for a in self._model.adapters}
-        runtime = [a.model_dump() for a in self._engine.adapters() if a.id not in declared]
-        return {**self._registration, "adapters": runtime}
+        kv, replay = self._kv_endpoints
+        runtime = tuple(a for a in self._engine.adapters() if a.id not in declared)
+        return ReplicaRegistration(model=self._model.id, kv_endpoint=kv, replay_endpoint=replay, adapters=runtime)
 
-    def _kv_registration(self) -> dict[str, Any]:
-        """Where the router subscribes to this replica's KV events (None: it learns approximately)."""
+    def _kv_endpoints_of_engine(self) -> tuple[str | None, str | None]:
+        """Where the router subscribes to this replica's KV events and asks for replays (None: it learns
+        approximately)."""
         ports = getattr(self._engine, "kv_event_ports", lambda: None)()
         if ports is None:
-            return {"kv_endpoint": None, "replay_endpoint": None, "model": self._model.id}
+            return None, None
         import ray
 
         host = ray.util.get_node_ip_address()
-        return {
-            "kv_endpoint": f"tcp://{host}:{ports[0]}",
-            "replay_endpoint": f"tcp://{host}:{ports[1]}",
-            "model": self._model.id,
-        }
+        return f"tcp://{host}:{ports[0]}", f"tcp://{host}:{ports[1]}"
 
     async def _report_forever(self) -> None:
         while True:
@@ -248,31 +246,36 @@ class EngineReplica:
     def replica_id(self) -> str:
         return self._replica_id
 
-    async def load_adapter(self, adapter: dict[str, Any], route: RouteDecision | None = None) -> dict[str, Any]:
-        """Load a LoRA adapter ({id, path, aliases}) into this replica's engine at run time (the admin call does it
-        on every replica of the model: `route` pins the call to one). Says which replica answered, so the caller
-        can tell a pinned call from one Serve sent elsewhere, and the adapters it now serves; an adapter the engine
-        cannot load is an `error`, and the replica keeps serving."""
-        spec = LoraAdapterSpec.model_validate(adapter)
-        out: dict[str, Any] = {"replica_id": self._replica_id, "model": self._model.id}
+    async def load_adapter(self, adapter: LoraAdapterSpec, route: RouteDecision | None = None) -> AdapterLoadResult:
+        """Load a LoRA adapter into this replica's engine at run time (the admin call does it on every replica of
+        the model: `route` pins the call to one). Says which replica answered, so the caller can tell a pinned call
+        from one Serve sent elsewhere, and the adapters it now serves; an adapter the engine cannot load is an
+        `error`, and the replica keeps serving."""
+        loaded: bool | None = None
+        error: str | None = None
         try:
-            out["loaded"] = await self._engine.load_adapter(spec)
+            loaded = await self._engine.load_adapter(adapter)
         except ValueError as exc:
-            out["error"] = str(exc)
-        out["adapters"] = [a.id for a in self._engine.adapters()]
-        return out
+            error = str(exc)
+        return AdapterLoadResult(
+            replica_id=self._replica_id,
+            model=self._model.id,
+            adapters=tuple(a.id for a in self._engine.adapters()),
+            loaded=loaded,
+            error=error,
+        )
 
-    def stats(self, route: RouteDecision | None = None) -> dict[str, Any]:
+    def stats(self, route: RouteDecision | None = None) -> EngineReplicaStats:
         """`route` pins the call to one replica (engine_pinning.PinToChosenReplica), so each replica can be asked."""
         s = self._engine.stats()
-        return {
-            "replica_id": self._replica_id,
-            "model": self._model.id,
-            "active": s.active,
-            "started": s.started,
-            "aborted": s.aborted,
-            "cached_blocks": s.cached_blocks,
-        }
+        return EngineReplicaStats(
+            replica_id=self._replica_id,
+            model=self._model.id,
+            active=s.active,
+            started=s.started,
+            aborted=s.aborted,
+            cached_blocks=s.cached_blocks,
+        )
 
     async def __del__(self) -> None:
         # Start-up may have failed part way (e.g. an engine config vLLM rejects): clean up what exists.

@@ -19,10 +19,12 @@ from ray import serve
 
 from agentserve.config import LoraAdapterSpec, ResolvedCatalog, ServeArgs
 from agentserve.protocol import RouteDecision, RouteRequest
+from agentserve.protocol.cluster import ModelAdapters, ReplicaRegistration, RouterStats
 from agentserve.routing.catalog_router import CatalogRouter
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import RouterConfig
 from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset
+from agentserve.routing.policies import POLICIES, PolicyName
 from agentserve.serve.adapter_registry import RuntimeAdapters
 
 logger = logging.getLogger("ray.serve")
@@ -42,7 +44,7 @@ def router_config(args: ServeArgs, block_size: int) -> RouterConfig:
             max_in_flight=r.max_in_flight_per_replica,
             max_active_tokens=r.max_active_tokens_per_replica,
         ),
-        mode=r.policy,
+        policy=r.policy,
         expire_after_s=r.replica_timeout_s,
         approx_ttl_s=r.approx_ttl_s,
         max_waiting=r.max_waiting,
@@ -67,9 +69,9 @@ class RouterReplica:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_pending = False
-        self._subscriber = (
-            KvEventSubscriber(on_update=self._wake) if self._args.router.policy == "kv" else None
-        )
+        # KV events only when the configured policy reads them (a later set_policy subscribes or unsubscribes nothing).
+        events = POLICIES[self._args.router.policy].uses_events
+        self._subscriber = KvEventSubscriber(on_update=self._wake) if events else None
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
         self._adapters = RuntimeAdapters(resolved.models)  # LoRA adapters loaded at run time, per model
@@ -113,18 +115,17 @@ class RouterReplica:
         logger.info("engine replica %s left the router index (%s)", replica, why)
 
     # -- engine replicas -------------------------------------------------------
-    async def register(self, replica_id: str, info: dict[str, Any] | None = None) -> None:
+    async def register(self, replica_id: str, info: ReplicaRegistration) -> None:
         self._bind_loop()
-        info = info or {}
-        endpoint = info.get("kv_endpoint")
+        endpoint = info.kv_endpoint
         events = self._subscriber is not None and endpoint is not None
-        self._router.register(replica_id, info.get("model"), events=events)
-        for adapter in info.get("adapters") or ():  # its run-time adapters: relearnt here after a Router restart
-            if self._adapters.adopt(self._router.model_of(replica_id) or "", LoraAdapterSpec.model_validate(adapter)):
-                logger.info("run-time LoRA adapter %s relearnt from replica %s", adapter.get("id"), replica_id)
+        self._router.register(replica_id, info.model, events=events)
+        for adapter in info.adapters:  # its run-time adapters: relearnt here after a Router restart
+            if self._adapters.adopt(self._router.model_of(replica_id) or "", adapter):
+                logger.info("run-time LoRA adapter %s relearnt from replica %s", adapter.id, replica_id)
         if events:
             self._endpoints[replica_id] = endpoint
-            self._subscriber.add(replica_id, endpoint, info.get("replay_endpoint"))
+            self._subscriber.add(replica_id, endpoint, info.replay_endpoint)
         logger.info(
             "engine replica %s of %s joined the router (%s)",
             replica_id, self._router.model_of(replica_id), endpoint or "approximate index",
@@ -157,9 +158,9 @@ class RouterReplica:
             self._forget(replica_id, "actor died")
 
     # -- LoRA adapters loaded at run time (agentserve.serve.adapter_registry) -----------------------------
-    async def claim_adapter(self, model: str, adapter: dict[str, Any]) -> None:
+    async def claim_adapter(self, model: str, adapter: LoraAdapterSpec) -> None:
         """Reserve a run-time adapter's names before its load (RequestError if one is served already)."""
-        self._adapters.claim(model, LoraAdapterSpec.model_validate(adapter))
+        self._adapters.claim(model, adapter)
 
     async def commit_adapter(self, model: str, adapter_id: str) -> None:
         self._adapters.commit(model, adapter_id)
@@ -168,12 +169,10 @@ class RouterReplica:
     async def release_adapter(self, model: str, adapter_id: str) -> None:
         self._adapters.release(model, adapter_id)
 
-    async def adapters(self, model: str | None = None, pending: bool = False) -> Any:
-        """Run-time adapters ({id, path, aliases}): of one model (with `pending`: loads under way too, what a
-        starting engine replica loads), or of every model that has some (what an Ingress adds on a catalog miss)."""
-        if model is not None:
-            return [s.model_dump() for s in self._adapters.for_model(model, pending=pending)]
-        return {m: [s.model_dump() for s in specs] for m, specs in self._adapters.committed().items()}
+    async def adapters(self, model: str | None = None, pending: bool = False) -> tuple[ModelAdapters, ...]:
+        """Run-time adapters: of one model (one entry, with `pending`: loads under way too, what a starting engine
+        replica loads), or of every model that has some (what an Ingress adds on a catalog miss)."""
+        return self._adapters.listing(model, pending=pending)
 
     # -- requests ----------------------------------------------------------------
     async def route(self, request: RouteRequest) -> RouteDecision:
@@ -195,25 +194,25 @@ class RouterReplica:
     # -- introspection -------------------------------------------------------------
     async def replicas(self, model: str | None = None) -> dict[str, int]:
         """In-flight requests per engine replica (of one model, or of all)."""
-        return {r: v["in_flight"] for r, v in self._router.snapshot().items() if model in (None, v["model"])}
+        return {r: v.in_flight for r, v in self._router.snapshot().items() if model in (None, v.model)}
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self) -> RouterStats:
         self._drain()
         self._router.sweep_leases(force=True)
-        return {
-            "replicas": self._router.snapshot(),
-            "in_flight": self._router.in_flight,
-            "waiting": self._router.waiting,
-            "rejected": self._router.rejected,
-            "counters": dict(self._router.counters),
-            "calls": dict(self._calls),
-            "events": dict(self._subscriber.stats) if self._subscriber else {},
-            "models": self._router.model_stats(),
-        }
+        return RouterStats(
+            replicas=self._router.snapshot(),
+            in_flight=self._router.in_flight,
+            waiting=self._router.waiting,
+            rejected=self._router.rejected,
+            counters=dict(self._router.counters),
+            calls=dict(self._calls),
+            events=dict(self._subscriber.stats) if self._subscriber else {},
+            models=self._router.model_stats(),
+        )
 
-    async def set_policy(self, mode: str) -> None:
+    async def set_policy(self, name: PolicyName) -> None:
         """Benchmarks only: switch kv / approx / least_loaded / round_robin without redeploying."""
-        self._router.set_mode(mode)  # type: ignore[arg-type]
+        self._router.set_policy(name)
 
     async def overlaps(self, block_hashes: list[int], model: str | None = None) -> dict[str, int]:
         """Cached prefix blocks per replica of `model` (None: the default model)."""

@@ -10,6 +10,7 @@ import openai
 import pytest
 from ray import serve
 
+from agentserve.protocol.cluster import EngineReplicaStats
 from tests.integration.conftest import WEATHER_TOOL, data_json, sse_events
 
 pytestmark = pytest.mark.integration
@@ -166,7 +167,7 @@ def test_repeated_prompt_reports_cached_tokens(client):
     assert cached % 16 == 0  # whole blocks only
 
 
-def _engine_stats() -> dict:
+def _engine_stats() -> EngineReplicaStats:
     return serve.get_deployment_handle("Engine", "agentserve").stats.remote().result()
 
 
@@ -184,11 +185,11 @@ def test_closing_the_stream_aborts_the_engine_request(graph_url):
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         stats = _engine_stats()
-        if stats["aborted"] > before["aborted"] and stats["active"] == 0:
+        if stats.aborted > before.aborted and stats.active == 0:
             break
         time.sleep(0.1)
-    assert stats["aborted"] == before["aborted"] + 1
-    assert stats["active"] == 0
+    assert stats.aborted == before.aborted + 1
+    assert stats.active == 0
 
 
 def test_malformed_call_comes_back_as_text_not_a_call(client):

@@ -165,7 +165,7 @@ def test_client_leaving_mid_response_ends_the_request(graph_url):
             pass  # (keep-alive frames included)
         assert engine_active("agentserve") == 1
     # The connection is gone: the engine request is aborted and its lease released long before its 10 s end.
-    wait_for(lambda: engine_active("agentserve") == 0 and router_stats("agentserve")["in_flight"] == 0, timeout=5)
+    wait_for(lambda: engine_active("agentserve") == 0 and router_stats("agentserve").in_flight == 0, timeout=5)
 
 
 def test_input_tokens_counts_what_create_prefills(client):
