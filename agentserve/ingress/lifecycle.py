@@ -146,7 +146,7 @@ class RequestPath:
         gen = request.model_copy(update={"request_id": prepared.engine.request_id})
         life = RequestLifecycle(
             self, gen, model_id, ParseOptions(tools=[], parse_tool_calls=False, parse_reasoning=False),
-            api="speculative_prefill", scope="", arrived=time.perf_counter(), warm_only=True,
+            api="speculative_prefill", scope="", arrived=time.perf_counter(), warm_only=True, metered=False,
         )
         async with life:
             if await life.admit_prepared(prepared, replica):
@@ -166,8 +166,10 @@ class RequestLifecycle:
         arrived: float,
         client_request_id: str | None = None,
         warm_only: bool = False,
+        metered: bool = True,  # False: work the server chose to do (speculation), not in the request metrics
     ) -> None:
         self._path = path
+        self._metered = metered
         # A pre-warm (a prefill the client or speculation asked for ahead of a turn): not a turn of the session.
         self._warm_only = warm_only
         self.request = request
@@ -304,13 +306,14 @@ class RequestLifecycle:
         now = time.perf_counter()
         if self._first_at is None:
             self._first_at = now
-            metrics.TTFT.labels(self._api, self.model_id).observe(now - self._arrived)
-        elif delta.token_ids and self._last_at is not None:
+            if self._metered:
+                metrics.TTFT.labels(self._api, self.model_id).observe(now - self._arrived)
+        elif delta.token_ids and self._last_at is not None and self._metered:
             metrics.ITL.labels(self.model_id).observe((now - self._last_at) / len(delta.token_ids))
         self._last_at = now
         assert self.state is not None
         events = self.state.feed(delta)
-        if events:
+        if events and self._metered:
             self._telemetry.events(events)
         if self.state.finish_reason is not None:
             self._ended_normally = self.state.finish_reason in ("stop", "length")
@@ -414,6 +417,7 @@ class RequestLifecycle:
             state=self.state,
             session="" if self._warm_only else self._session(),
             warm_only=self._warm_only,
+            metered=self._metered,
         )
 
     def _emit(self) -> list[Awaitable[None]]:

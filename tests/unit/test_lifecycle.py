@@ -354,3 +354,108 @@ def test_a_release_leaves_the_cancelled_requests_context(tokenizer):
 
     asyncio.run(run())
     assert g.router.release.calls == [("req_1", MODEL.id)] and seen == [None]
+
+
+class Recorder:
+    """An observer: what each request's one TurnEnded said, and when it came."""
+
+    def __init__(self, *, wait: float = 0.0, fail: bool = False) -> None:
+        self.ended: list[Any] = []
+        self.stored = False
+        self._wait, self._fail = wait, fail
+
+    def turn_ended(self, ended):
+        self.ended.append(ended)
+        if self._fail:
+            raise RuntimeError("observer bug")
+        if self._wait:
+            async def store() -> None:
+                await asyncio.sleep(self._wait)
+                self.stored = True
+            return store()
+        return None
+
+
+def _observed(deltas: list[Any], *observers: Recorder) -> Graph:
+    g = Graph(deltas)
+    g.path.observers = tuple(observers)
+    return g
+
+
+def test_a_finished_stream_tells_its_observers_once_before_its_last_bytes():
+    rec = Recorder(wait=0.05)
+
+    async def run():
+        g = _observed(DONE, rec)
+        async with _life(g) as life:
+            await life.admit()
+            resp = life.streaming_response(Wire())
+        chunks = []
+        async for chunk in resp.body_iterator:
+            if chunk.endswith(b"<done>"):
+                assert rec.stored  # the observer's store finished before the closing bytes went out
+            chunks.append(chunk)
+        return chunks
+
+    chunks = asyncio.run(run())
+    assert chunks[-1].endswith(b"<done>") and len(rec.ended) == 1
+    ended = rec.ended[0]
+    assert ended.finished and ended.state.finish_reason == "stop" and ended.state.output_ids == [104, 105]
+    assert ended.session == f"caller/m/s1" and ended.route.replica_id == "r0" and ended.metered
+
+
+@pytest.mark.parametrize("exit", ["client gone", "engine died", "ingress bug"])
+def test_every_other_exit_tells_the_observers_once_and_not_finished(exit):
+    rec = Recorder()
+
+    async def run():
+        script = {"client gone": [DONE[0], "wait"], "engine died": [DONE[0], ActorDiedError()],
+                  "ingress bug": DONE}[exit]
+        g = _observed(script, rec)
+        async with _life(g) as life:
+            await life.admit()
+            resp = life.streaming_response(Wire(fail_on_encode=exit == "ingress bug"))
+        body = resp.body_iterator
+        if exit == "client gone":
+            await body.__anext__()
+            await body.__anext__()
+            pending = asyncio.ensure_future(body.__anext__())
+            await asyncio.sleep(0.05)
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+        else:
+            async for _ in body:
+                pass
+        return g
+
+    asyncio.run(run())
+    assert len(rec.ended) == 1
+    assert not rec.ended[0].finished and not rec.ended[0].keepable
+
+
+def test_a_failing_observer_never_fails_the_request_nor_the_others():
+    broken, rec = Recorder(fail=True), Recorder()
+
+    async def run():
+        g = _observed(DONE, broken, rec)
+        async with _life(g) as life:
+            await life.admit()
+            return await life.collect()
+
+    events = asyncio.run(run())
+    assert events[-1].reason == "stop"
+    assert len(broken.ended) == 1 and len(rec.ended) == 1
+
+
+def test_a_request_refused_admission_tells_nobody():
+    rec = Recorder()
+
+    async def run():
+        g = _observed(DONE, rec)
+        g.router.route = Method(lambda _req: (_ for _ in ()).throw(RequestError("overloaded", "full")))
+        with pytest.raises(Exception):
+            async with _life(g) as life:
+                await life.admit()
+
+    asyncio.run(run())
+    assert rec.ended == []  # no engine stream was opened: nothing ended that an observer watches

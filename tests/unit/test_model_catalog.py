@@ -14,7 +14,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from agentserve.apis.codex import models as codex_models
 from agentserve.apis.models import Catalog
-from agentserve.config import EngineSpec, ServeArgs
+from agentserve.config import EngineSpec, ModelSpec, ServeArgs
 from agentserve.protocol import RouteRequest
 from agentserve.protocol.errors import RequestError
 from agentserve.routing.catalog_router import CatalogRouter
@@ -250,3 +250,21 @@ def test_codex_config_catalog_covers_every_model_of_the_multi_config(tmp_path, c
     assert windows["smollm2-main"] == 32768 and windows["gpt-mini"] == windows["smollm2-haiku"] == 8192
     assert main(["codex-config", "--serve-config", serve, "--model", "gpt-nope"]) == 2
     assert "not served" in capsys.readouterr().err
+
+
+def test_both_forms_resolve_to_the_same_shape_and_travel_as_plain_data():
+    """build_app hands every deployment the resolved catalog as JSON: each model with its engine and deployment."""
+    from agentserve.config import ResolvedCatalog
+
+    single = ServeArgs().resolve_catalog()
+    catalog = ServeArgs.from_any(_two()).resolve_catalog()
+    for resolved in (single, catalog):
+        again = ResolvedCatalog.from_any(resolved.model_dump(mode="json"))
+        assert again == resolved
+        assert all(again.engine(m.id) == m.engine for m in again.models)
+        assert again.default == again.models[0]
+    assert single.engine_deployments == ("Engine",)
+    with pytest.raises(ValueError):
+        ResolvedCatalog(models=(ModelSpec(),), engine_deployments=("Engine",))  # no engine filled in
+    with pytest.raises(KeyError):
+        catalog.model("not-served")

@@ -26,6 +26,7 @@ class TurnEnded:
     state: RequestState | None  # None: it ended before the engine stream opened
     session: str  # `<caller>/<model>/<session key>`; "" when the request names no session
     warm_only: bool  # a pre-warm: its output is not a turn of the session
+    metered: bool = True  # False: work the server chose to do itself (speculative prefill), kept out of metrics
 
     @property
     def finished(self) -> bool:

@@ -9,7 +9,7 @@ from agentserve.ingress.observers import TurnEnded
 class UsageMetrics:
     def turn_ended(self, ended: TurnEnded) -> None:
         state = ended.state
-        if state is None:
+        if state is None or not ended.metered:
             return
         model = ended.model
         metrics.PROMPT_TOKENS.labels(model).inc(state.prompt_tokens)
