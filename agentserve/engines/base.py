@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import AsyncIterator, Protocol
 
-from agentserve.config import EngineSpec, LoraAdapterSpec, ModelSpec
+from agentserve.config import LoraAdapterSpec, ModelSpec
 from agentserve.protocol import EngineDelta, EngineRequest
 
 
@@ -53,21 +52,6 @@ def unknown_adapter(request: EngineRequest, loaded: tuple[str, ...]) -> EngineDe
     return EngineDelta(
         token_ids=[], finish_reason="error", prompt_tokens=request.prompt_tokens, num_cached_tokens=0,
         error=f"LoRA adapter {request.adapter!r} is not loaded on this engine (loaded: {', '.join(loaded) or 'none'})",
-    )
-
-
-def make_engine(spec: EngineSpec, model: ModelSpec, model_path: Path) -> Engine:
-    """The engine of one catalog model (`spec`: its engine, as the resolved catalog gives it)."""
-    markers = reasoning_markers(model)
-    if spec.kind == "scripted":
-        from agentserve.engines.scripted import ScriptedEngine
-
-        return ScriptedEngine.from_spec(spec, model_path, reasoning_markers=markers, adapters=model.adapters)
-    from agentserve.engines.vllm import VllmEngine
-
-    return VllmEngine(
-        spec, model_path, context_window=model.context_window, reasoning_markers=markers,
-        adapters=model.adapters, max_lora_rank=model.max_lora_rank,
     )
 
 

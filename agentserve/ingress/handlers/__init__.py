@@ -1,1 +1,1 @@
-"""One handler per wire API: decode the HTTP request, run the request lifecycle (serve/lifecycle.py), encode the reply."""
+"""One module per wire API: its decoder and its reply for the generation driver (ingress/driver.py), and its other routes."""
