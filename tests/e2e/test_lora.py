@@ -14,7 +14,7 @@ import pytest
 from ray import serve
 
 from agentserve.preprocess.block_hash import block_hashes
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.e2e.test_vllm_graph import BLOCK, VLLM_ARGS
 
 pytestmark = pytest.mark.e2e
