@@ -24,16 +24,15 @@ from typing import Any, Iterator, TypeVar
 
 import httpx
 
-from tests.support.cluster import App, cluster
+from tests.support.cluster import App, Cluster, cluster
 from tests.support.wait import wait_for
 
 APP = "agentserve"
 SMALL = {"ray_actor_options": {"num_cpus": 0.1}}
 
 
-def _take_root(owner: str) -> None:
+def _take_root(c: Cluster) -> None:
     """Delete the app at "/" unless a module is still using it (a module-scoped graph fixture nested in another)."""
-    c = cluster()
     if c.app is not None and c.app.key is None:
         raise RuntimeError(f"a graph is already running for {c.app.name}; make graph fixtures module-scoped")
     c.clear()
@@ -63,7 +62,7 @@ def running_graph(
     if key is not None and c.app is not None and c.app.key == key:
         yield c.url  # the same graph, deployed by an earlier module
         return
-    _take_root(name)
+    _take_root(c)
     serve.run(build_app(args), name=name, route_prefix="/")
     c.app = App(name, key)
     try:
@@ -126,7 +125,7 @@ def deployed_graph(
 ) -> Iterator[G]:
     """Deploy the config on the session's cluster, wait until the app runs and the ingress answers; delete it after."""
     c = cluster()
-    _take_root(owner)
+    _take_root(c)
     graph = cls(args, c.port)
     c.app = App(APP, None, declarative=True)
     try:
