@@ -124,15 +124,23 @@ def deployed_graph(
     args: dict[str, Any], engines: dict[str, int], owner: str, cls: type[G] = DeployedGraph  # type: ignore[assignment]
 ) -> Iterator[G]:
     """Deploy the config on the session's cluster, wait until the app runs and the ingress answers; delete it after."""
-    c = cluster()
-    _take_root(c)
-    graph = cls(args, c.port)
-    c.app = App(APP, None, declarative=True)
-    try:
+    with config_app() as c:
+        graph = cls(args, c.port)
         graph.deploy(engines)
         wait_for(lambda: graph.status() == "RUNNING", 180, 0.3, what="the app")
         wait_for(lambda: httpx.get(f"{graph.url}/health").status_code == 200, 60, 0.3, what="the ingress")
         yield graph
+
+
+@contextmanager
+def config_app() -> Iterator[Cluster]:
+    """Route "/" of the session's cluster for an app named APP that the caller deploys from a Serve config
+    (serve_config); the app is deleted after."""
+    c = cluster()
+    _take_root(c)
+    c.app = App(APP, None, declarative=True)
+    try:
+        yield c
     finally:
         if c.app is not None and c.app.name == APP:
             c.clear()
