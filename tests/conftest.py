@@ -44,6 +44,13 @@ def _session_cluster() -> Iterator[None]:
     CLUSTER.stop()
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    from tests.support.cluster import CLUSTER
+
+    if CLUSTER.starts:
+        terminalreporter.write_line(f"Ray clusters started: {CLUSTER.starts} (tests/support/cluster.py)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "graph(key): the module deploys the shared graph KEY (modules run together)")
     config.addinivalue_line("markers", "restarts_cluster: a test stops and starts Ray itself (modules run last)")
