@@ -28,7 +28,7 @@ serve: model
 	env $(SERVE_ENV) $(PY) -c 'import ray; ray.init(namespace="serve", include_dashboard=$(SERVE_DASHBOARD)); from ray.serve.scripts import cli; cli(["run", "$(SERVE_CONFIG)"])'
 
 test: model harnesses
-	$(PY) -m pytest tests -q -p no:cacheprovider
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15
 
 test-unit: install
 	$(PY) -m pytest tests/unit -q

@@ -1,4 +1,5 @@
-"""Shared fixtures: the prepared embedded model, and a helper that runs the real Ray Serve graph."""
+"""Shared fixtures: the prepared embedded model, the session's Ray cluster (stopped at the end), and the run order
+that lets modules share it and their graphs (tests/support/)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,10 @@ import atexit
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
-
-from agentserve.ports import free_port  # noqa: F401 - tests import it from here
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -37,46 +35,44 @@ def tokenizer(model_path: Path):
     return load_tokenizer(str(model_path))
 
 
-_graph_running: list[str] = []
+@pytest.fixture(scope="session", autouse=True)
+def _session_cluster() -> Iterator[None]:
+    """Stops the session's Ray cluster (tests/support/cluster.py) at the end, if a test started it."""
+    yield
+    from tests.support.cluster import CLUSTER
+
+    CLUSTER.stop()
 
 
-@contextmanager
-def running_graph(
-    args: dict[str, Any], *, name: str = "agentserve", http_options: dict[str, Any] | None = None
-) -> Iterator[str]:
-    """Start Ray, deploy build_app(args) through Serve, yield the base URL, tear everything down.
+def pytest_terminal_summary(terminalreporter) -> None:
+    from tests.support.cluster import CLUSTER
 
-    One graph at a time per test process: use module-scoped fixtures, so a module's graph is gone
-    before the next module starts its own (a second `serve.run` of the same app name would silently
-    replace the first one's config).
-    """
-    import ray
-    from ray import serve
+    if CLUSTER.starts:
+        terminalreporter.write_line(f"Ray clusters started: {CLUSTER.starts} (tests/support/cluster.py)")
 
-    from agentserve.serve.app import build_app
 
-    if _graph_running:
-        raise RuntimeError(
-            f"a graph is already running for {_graph_running[0]}; make graph fixtures module-scoped"
-        )
-    _graph_running.append(name)
-    port = free_port()
-    from agentserve.serve import ray_env
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "graph(key): the module deploys the shared graph KEY (modules run together)")
+    config.addinivalue_line("markers", "restarts_cluster: a test stops and starts Ray itself (modules run last)")
 
-    # The graph's processes start with the environment `make serve` ships; this driver keeps Serve's defaults
-    # (its sync `.result()` calls on handles need the handle router on its own loop).
-    ray.init(
-        num_cpus=8,
-        include_dashboard=False,
-        log_to_driver=False,
-        ignore_reinit_error=True,
-        runtime_env={"env_vars": ray_env.beside_others()},
-    )
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port, **(http_options or {})})
-        serve.run(build_app(args), name=name, route_prefix="/")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        _graph_running.clear()
-        serve.shutdown()
-        ray.shutdown()
+
+def _rank(item: pytest.Item) -> int:
+    """Unit tests first (no cluster), then the modules on the session's cluster, then those that restart it."""
+    if "tests/unit/" in item.nodeid or item.nodeid.startswith("unit/"):
+        return 0
+    return 2 if item.get_closest_marker("restarts_cluster") else 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run order: by _rank, and modules that share a graph (marker `graph(KEY)`) one after another, where the first
+    of them would run, so the shared graph is deployed once. Otherwise collection order; a module stays whole."""
+    first_at: dict[object, int] = {}
+    for i, item in enumerate(items):
+        marker = item.get_closest_marker("graph")
+        group = ("graph", marker.args[0]) if marker else ("module", item.module.__name__ if item.module else item.nodeid)
+        first_at.setdefault(group, i)
+        item.stash[_ORDER] = (_rank(item), first_at[group], i)
+    items.sort(key=lambda item: item.stash[_ORDER])
+
+
+_ORDER = pytest.StashKey[tuple]()

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from tests.conftest import free_port
+from agentserve.ports import free_port
 
 USER = "agentserve"
 

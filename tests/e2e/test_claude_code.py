@@ -18,9 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import running_graph
-
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = ROOT / ".harness" / "node_modules" / ".bin" / "claude"
@@ -37,27 +35,27 @@ def _claude_binary() -> Path:
     return CLAUDE
 
 
+def scripted_rules(work: Path) -> list[dict]:
+    """The scripted model's side (tests/e2e/harness_graph.py); it reads the note in `work`/cc-work."""
+    read_call = json.dumps({"name": "Read", "arguments": {"file_path": str(work / "cc-work" / "note.txt")}})
+    return [
+        {"match": MARKER, "reply": FINAL, "itl_ms": 0},  # the tool_result came back
+        {"match": "AS_E2E_START", "reply": f"<tool_call>\n{read_call}\n</tool_call>", "itl_ms": 0},
+        {"match": "", "reply": "OK.", "itl_ms": 0},  # titles, topic checks and other side requests
+    ]
+
+
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("cc-work")
+def workdir(harness_dir) -> Path:
+    d = harness_dir / "cc-work"
+    d.mkdir()
     (d / "note.txt").write_text(f"{MARKER}\n")
     return d
 
 
 @pytest.fixture(scope="module")
-def cc_graph(model_path, workdir):
-    read_call = json.dumps({"name": "Read", "arguments": {"file_path": str(workdir / "note.txt")}})
-    rules = [
-        {"match": MARKER, "reply": FINAL, "itl_ms": 0},  # the tool_result came back
-        {"match": "AS_E2E_START", "reply": f"<tool_call>\n{read_call}\n</tool_call>", "itl_ms": 0},
-        {"match": "", "reply": "OK.", "itl_ms": 0},  # titles, topic checks and other side requests
-    ]
-    args = {
-        "engine": {"kind": "scripted", "block_size": 16, "rules": rules},
-        "model": {"context_window": 200_000, "aliases": ["claude-smollm2"]},
-    }
-    with running_graph(args) as url:
-        yield url
+def cc_graph(harness_graph, workdir):
+    return harness_graph
 
 
 def _preamble_stripped(url: str) -> float:

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import running_graph
 from tests.e2e.recording_proxy import RecordingProxy
 from tests.e2e.test_claude_code import MODEL, _claude_binary, claude_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 TAGS = ("A", "B")
 
@@ -49,11 +48,23 @@ def session_rules(tag: str, work: Path) -> list[dict]:
     ]
 
 
+def _workdirs(work: Path) -> dict[str, Path]:
+    return {tag: work / f"cc-long-{tag}" for tag in TAGS}
+
+
+def scripted_rules(work: Path) -> list[dict]:
+    """Both sessions' rules (tests/e2e/harness_graph.py), in the work directories under `work`."""
+    workdirs = _workdirs(work)
+    rules = [r for tag in TAGS for r in session_rules(tag, workdirs[tag])]
+    rules.append({"match": "", "reply": "OK.", "itl_ms": 0})
+    return rules
+
+
 @pytest.fixture(scope="module")
-def workdirs(tmp_path_factory) -> dict[str, Path]:
+def workdirs(harness_dir) -> dict[str, Path]:
     dirs = {}
-    for tag in TAGS:
-        d = tmp_path_factory.mktemp(f"cc-long-{tag}")
+    for tag, d in _workdirs(harness_dir).items():
+        d.mkdir()
         (d / "note.txt").write_text(f"STEP1-NOTE-{tag} status=draft\n")
         (d / "sub.txt").write_text(f"SUBNOTE-OK-{tag}\n")
         dirs[tag] = d
@@ -61,16 +72,8 @@ def workdirs(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def long_graph(model_path, workdirs):
-    rules = [r for tag in TAGS for r in session_rules(tag, workdirs[tag])]
-    rules.append({"match": "", "reply": "OK.", "itl_ms": 0})
-    args = {
-        # a cache that holds both sessions and the subagent (~20K-token prompts each) without eviction
-        "engine": {"kind": "scripted", "block_size": 16, "rules": rules, "cache": {"capacity_blocks": 32768}},
-        "model": {"context_window": 200_000, "aliases": ["claude-smollm2"]},
-    }
-    with running_graph(args) as url:
-        yield url
+def long_graph(harness_graph, workdirs):
+    return harness_graph  # its prefix cache holds both sessions and the subagent (~20K-token prompts each)
 
 
 def _main_turns(lines: list[dict]) -> list[dict]:

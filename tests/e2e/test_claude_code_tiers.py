@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.e2e.recording_proxy import Exchange, RecordingProxy
 from tests.e2e.test_claude_code import _claude_binary, claude_env
 

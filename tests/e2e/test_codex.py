@@ -21,9 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import running_graph
-
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 ROOT = Path(__file__).resolve().parents[2]
 CODEX = ROOT / ".harness" / "node_modules" / ".bin" / "codex"
@@ -63,10 +61,14 @@ ARGS = {
 }
 
 
+def scripted_rules(work: Path) -> list[dict]:
+    """ARGS' rules, for the harness graph (tests/e2e/harness_graph.py); Codex's config still comes from ARGS."""
+    return ARGS["engine"]["rules"]
+
+
 @pytest.fixture(scope="module")
-def codex_graph(model_path):
-    with running_graph(ARGS) as url:
-        yield url
+def codex_graph(harness_graph):
+    return harness_graph
 
 
 def _metric(url: str, name: str, **labels: str) -> float:

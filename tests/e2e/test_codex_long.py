@@ -8,13 +8,13 @@ own `turn.completed` usage) cover at least 95% of the turn's input tokens.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import running_graph
 from tests.e2e.test_codex import _codex_binary, _exec, codex_home
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+CXL-PATCHED\n*** End Patch\n"
 PATCH_CALL = json.dumps({"name": "apply_patch", "arguments": {"input": PATCH}})
@@ -36,12 +36,16 @@ ARGS = {
 }
 
 
+def scripted_rules(work: Path) -> list[dict]:
+    """ARGS' rules, for the harness graph (tests/e2e/harness_graph.py); Codex's config still comes from ARGS."""
+    return ARGS["engine"]["rules"]
+
+
 @pytest.fixture(scope="module")
-def codex_long(model_path, tmp_path_factory):
+def codex_long(harness_graph, tmp_path_factory):
     codex = _codex_binary()
-    with running_graph(ARGS) as url:
-        work, env = codex_home(url, ARGS, tmp_path_factory.mktemp("codex-long"))
-        yield codex, work, env
+    work, env = codex_home(harness_graph, ARGS, tmp_path_factory.mktemp("codex-long"))
+    return codex, work, env
 
 
 def _turn(events: list[dict]) -> tuple[list[dict], dict]:

@@ -15,7 +15,7 @@ from ray import serve
 
 from agentserve.config import LoraAdapterSpec
 from agentserve.kv_events.block_hash import block_hashes
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.e2e.test_vllm_graph import BLOCK, VLLM_ARGS
 
 pytestmark = pytest.mark.e2e

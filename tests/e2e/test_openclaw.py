@@ -20,9 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import running_graph
-
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENCLAW = ROOT / ".harness" / "node_modules" / ".bin" / "openclaw"
@@ -58,20 +56,19 @@ def workdir(tmp_path_factory) -> Path:
     return d
 
 
-@pytest.fixture(scope="module")
-def oc_graph(model_path):
+def scripted_rules(work: Path) -> list[dict]:
+    """The scripted model's side (tests/e2e/harness_graph.py): `read` on note.txt in OpenClaw's working directory."""
     read_call = json.dumps({"name": "read", "arguments": {"path": "note.txt"}})
-    rules = [
+    return [
         {"match": MARKER, "reply": FINAL, "itl_ms": 0},  # the tool_result came back
         {"match": "AS_OC_START", "reply": f"<tool_call>\n{read_call}\n</tool_call>", "itl_ms": 0},
         {"match": "", "reply": "OK.", "itl_ms": 0},
     ]
-    args = {
-        "engine": {"kind": "scripted", "block_size": 16, "rules": rules},
-        "model": {"context_window": 65_536, "aliases": ["smollm2"]},
-    }
-    with running_graph(args) as url:
-        yield url
+
+
+@pytest.fixture(scope="module")
+def oc_graph(harness_graph):
+    return harness_graph
 
 
 def test_openclaw_runs_a_tool_and_finishes(oc_graph, workdir, tmp_path):

@@ -14,9 +14,9 @@ from ray import serve
 
 from agentserve.engines import process_guard
 from agentserve.protocol.cluster import EngineReplicaStats
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # one vLLM graph with VLLM_ARGS for the modules that use it
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ BLOCK = VLLM_ARGS["engine"]["block_size"]
 
 @pytest.fixture(scope="module")
 def vllm_url(model_path):
-    with running_graph(VLLM_ARGS, name="agentserve") as url:
+    with running_graph(VLLM_ARGS, name="agentserve", shared=True) as url:
         yield url
 
 

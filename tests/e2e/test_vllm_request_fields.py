@@ -9,10 +9,10 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.e2e.test_vllm_graph import VLLM_ARGS
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # the graph of test_vllm_graph.py (same VLLM_ARGS)
 
 MODEL = "smollm2"
 WEATHER = {
@@ -47,7 +47,7 @@ PERSON = {
 
 @pytest.fixture(scope="module")
 def url(model_path):
-    with running_graph(VLLM_ARGS, name="agentserve") as base:
+    with running_graph(VLLM_ARGS, name="agentserve", shared=True) as base:
         yield base
 
 

@@ -1,11 +1,9 @@
+"""The integration graph's scripted rules and args (GRAPH_ARGS, deployed once for tests/integration/api/), and SSE helpers."""
+
 from __future__ import annotations
 
 import json
-from typing import Iterator
 
-import pytest
-
-from tests.conftest import running_graph
 from tests.integration.anthropic_rules import ANTHROPIC_RULES
 from tests.integration.replay_clients import RULE as REPLAY_RULE
 from tests.integration.constraint_rules import CONSTRAINT_RULES
@@ -52,12 +50,6 @@ GRAPH_ARGS = {
     "keepalive_interval_s": 0.1,  # Anthropic pings; the AS_KEEPALIVE rule's 150 ms gaps exceed it
     "model": {"aliases": ["smollm2", "smollm2-135m-instruct", "claude-smollm2"]},
 }
-
-
-@pytest.fixture(scope="module")
-def graph_url(model_path) -> Iterator[str]:
-    with running_graph(GRAPH_ARGS) as url:
-        yield url
 
 
 def sse_events(lines) -> list[tuple[str | None, str]]:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from contextlib import ExitStack
-from typing import Any, Callable
+from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import running_graph
+from tests.support.cluster import CLUSTER
+from tests.support.graph import running_graph
+from tests.support.wait import wait_for
 from tests.integration.api.test_responses_events import SHELL_TOOL
 from tests.integration.conftest import GRAPH_ARGS, RULES
 
@@ -26,14 +27,6 @@ def graph_args(state: dict[str, Any] | None = None, **extra: Any) -> dict[str, A
     """The integration graph's args; state None: no `state:` section, as in the shipped serve_config.yaml."""
     engine = {**GRAPH_ARGS["engine"], "rules": [*DURABLE_RULES, *RULES]}
     return {**GRAPH_ARGS, "engine": engine, **({"state": state} if state is not None else {}), **extra}
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def replica_actors(deployment: str) -> list[dict[str, str]]:
@@ -69,7 +62,7 @@ class RestartableGraph:
 
         (old,) = replica_actors("Ingress")
         ray.kill(ray.get_actor(old["name"], namespace=old["namespace"]), no_restart=True)
-        wait_for(lambda: [a["name"] for a in replica_actors("Ingress")] not in ([], [old["name"]]) and app_running(), 120, "a new Ingress replica")
+        wait_for(lambda: [a["name"] for a in replica_actors("Ingress")] not in ([], [old["name"]]) and app_running(), 120, 0.2, what="a new Ingress replica")
 
     def redeploy(self, args: dict[str, Any] | None = None) -> None:
         """`serve.run` again (an upgrade): every replica is replaced."""
@@ -80,11 +73,12 @@ class RestartableGraph:
         before = {a["name"] for a in replica_actors("Ingress")}
         self.args = args or self.args
         serve.run(build_app(self.args), name=APP, route_prefix="/")
-        wait_for(lambda: {a["name"] for a in replica_actors("Ingress")} - before != set() and app_running(), 120, "the redeployed app")
+        wait_for(lambda: {a["name"] for a in replica_actors("Ingress")} - before != set() and app_running(), 120, 0.2, what="the redeployed app")
 
     def full_restart(self) -> None:
         """serve.shutdown + ray.shutdown, then start again from the same config (restarting `make serve`)."""
         self.stop()
+        CLUSTER.restart()
         self.start()
 
 

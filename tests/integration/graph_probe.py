@@ -1,26 +1,10 @@
-"""What integration tests ask a running graph: the Router's view, the engines' running requests, and waiting for
-a condition while components restart."""
+"""What integration tests ask a running graph: the Router's view and the engines' running requests."""
 
 from __future__ import annotations
-
-import time
-from typing import Callable
 
 from ray import serve
 
 from agentserve.protocol.cluster import RouterStats
-
-
-def wait_for(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.1, *, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if pred():
-                return
-        except Exception:  # noqa: BLE001 - a component restarting
-            pass
-        time.sleep(every)
-    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 def router_stats(app: str) -> RouterStats:

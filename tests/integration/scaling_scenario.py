@@ -17,8 +17,9 @@ from typing import Any, Callable
 
 import httpx
 
-from tests.conftest import free_port
-from tests.integration import deployed_graph
+from agentserve.ports import free_port
+from tests.support import wait
+from tests.support.graph import serve_config
 
 APP = "agentserve"
 WORDS = 120
@@ -33,9 +34,9 @@ ARGS = {"engine": {"kind": "scripted", "block_size": 16, "rules": RULES}, "secre
 T0 = time.monotonic()
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
+def logged_wait(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
     print(f"[{time.monotonic() - T0:6.1f}s] waiting for {what}")  # the parent test shows this log on failure
-    deployed_graph.wait_for(what, check, timeout_s)
+    wait.wait_for(check, timeout_s, 0.3, what=what)
 
 
 class Stream(threading.Thread):
@@ -94,17 +95,17 @@ def scenario(client: Any, port: int) -> None:
     url = f"http://127.0.0.1:{port}"
 
     def deploy(n: int) -> None:
-        client.deploy_apps(ServeDeploySchema.model_validate(deployed_graph.serve_config(ARGS, port, {"Engine": n})))
+        client.deploy_apps(ServeDeploySchema.model_validate(serve_config(ARGS, port, {"Engine": n})))
 
     deploy(1)
-    wait_for("app RUNNING", lambda: httpx.get(f"{url}/health").status_code == 200, 120)
-    wait_for("router sees the engine", lambda: set(router_view()) == running_engine_replicas() != set())
+    logged_wait("app RUNNING", lambda: httpx.get(f"{url}/health").status_code == 200, 120)
+    logged_wait("router sees the engine", lambda: set(router_view()) == running_engine_replicas() != set())
     (first,) = running_engine_replicas()
 
     before = start_streams(url, "before", 3)
     deploy(2)  # scale up while 3 streams are in flight
-    wait_for("2 engine replicas", lambda: len(running_engine_replicas()) == 2)
-    wait_for("router sees both", lambda: set(router_view()) == running_engine_replicas())
+    logged_wait("2 engine replicas", lambda: len(running_engine_replicas()) == 2)
+    logged_wait("router sees both", lambda: set(router_view()) == running_engine_replicas())
     (second,) = running_engine_replicas() - {first}
 
     during = start_streams(url, "during", 3)  # least loaded: these go to the new replica
@@ -112,7 +113,7 @@ def scenario(client: Any, port: int) -> None:
     assert view[second] >= 1, view
 
     deploy(1)  # scale down while streams run on both replicas: one replica drains
-    wait_for("1 engine replica", lambda: len(running_engine_replicas()) == 1)
+    logged_wait("1 engine replica", lambda: len(running_engine_replicas()) == 1)
     after = [Stream(url, "short after scale-down")]  # new work while the other replica drains
     after[0].start()
 
@@ -126,8 +127,8 @@ def scenario(client: Any, port: int) -> None:
 
     survivor = running_engine_replicas()
     # The stopped replica stops heartbeating and leaves the router's view; in-flight counts return to 0.
-    wait_for("router view == Serve's replicas", lambda: set(router_view()) == survivor, 60)
-    wait_for("no requests left in flight", lambda: all(v == 0 for v in router_view().values()), 10)
+    logged_wait("router view == Serve's replicas", lambda: set(router_view()) == survivor, 60)
+    logged_wait("no requests left in flight", lambda: all(v == 0 for v in router_view().values()), 10)
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.durable_graph import RestartableGraph, assert_chain_survived, graph_args, oai, start_chain
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.restarts_cluster]  # run last: a full restart stops Ray
 
 MODEL = "claude-smollm2"
 THINKING = {"type": "enabled", "budget_tokens": 1024}

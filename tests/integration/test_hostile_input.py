@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.integration.conftest import RULES
 
 pytestmark = pytest.mark.integration

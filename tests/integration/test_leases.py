@@ -16,9 +16,9 @@ import pytest
 import ray
 
 from agentserve.protocol.cluster import RouterStats
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.integration import graph_probe
-from tests.integration.graph_probe import wait_for
+from tests.support.wait import wait_for
 from tests.integration.conftest import RULES
 
 pytestmark = pytest.mark.integration

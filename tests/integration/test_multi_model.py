@@ -17,7 +17,8 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.deployed_graph import DeployedGraph, deployed_graph, wait_for
+from tests.support.graph import DeployedGraph, deployed_graph
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +60,7 @@ class Graph(DeployedGraph):
 def graph(model_path) -> Iterator[Graph]:
     with deployed_graph(ARGS, {ENGINES[MAIN]: 1, ENGINES[HAIKU]: 1}, __name__, Graph) as g:
         for model in (MAIN, HAIKU):
-            wait_for(f"the router to see {model}'s engine", lambda m=model: set(g.router_view(m)) == g.running(m) != set())
+            wait_for(lambda m=model: set(g.router_view(m)) == g.running(m) != set(), 90, 0.3, what=f"the router to see {model}'s engine")
         yield g
 
 
@@ -191,19 +192,19 @@ def test_scaling_one_models_engine_leaves_the_other_models_streams_intact(graph)
     assert all(s.started.wait(30) for s in streams)
 
     graph.scale_haiku(2)  # re-apply the config with one model's engine scaled up
-    wait_for("two haiku engine replicas", lambda: len(graph.running(HAIKU)) == 2)
-    wait_for("the router to see both", lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU))
+    wait_for(lambda: len(graph.running(HAIKU)) == 2, 90, 0.3, what="two haiku engine replicas")
+    wait_for(lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU), 90, 0.3, what="the router to see both")
     assert any(s.is_alive() for s in streams), "the streams ended before the scale-up: make them longer"
     assert graph.running(MAIN) == main_replicas  # untouched
     haiku = _openai(graph).chat.completions.create(model=HAIKU, messages=[{"role": "user", "content": "and you?"}])
     assert haiku.choices[0].message.content == "This is the haiku engine."
 
     graph.scale_haiku(1)  # and back down, main's streams still running
-    wait_for("one haiku engine replica", lambda: len(graph.running(HAIKU)) == 1)
+    wait_for(lambda: len(graph.running(HAIKU)) == 1, 90, 0.3, what="one haiku engine replica")
     for s in streams:
         s.join(60)
         assert s.error is None, s.error
         assert s.text == LONG, (s.prompt, len(s.text))  # every token, in order
     assert graph.running(MAIN) == main_replicas
-    wait_for("the router to drop the stopped replica", lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU), 60)
+    wait_for(lambda: set(graph.router_view(HAIKU)) == graph.running(HAIKU), 60, 0.3, what="the router to drop the stopped replica")
     assert set(graph.router_view(MAIN)) == main_replicas

@@ -11,7 +11,8 @@ import ray
 from ray import serve
 
 from agentserve.protocol.cluster import RouterStats
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +35,6 @@ async def astats() -> RouterStats:
     return await router().stats.remote()
 
 
-def wait_for(pred, timeout=60.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return
-        time.sleep(0.3)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.fixture(scope="module")
 def url(model_path):
     args = {
@@ -51,7 +43,7 @@ def url(model_path):
         "router": {"max_in_flight_per_replica": 2, "max_waiting": 1, "max_wait_s": 1.0, "retry_after_s": 3},
     }
     with running_graph(args) as u:
-        wait_for(lambda: len(stats().replicas) == 2)
+        wait_for(lambda: len(stats().replicas) == 2, timeout=60)
         yield u
 
 

@@ -15,7 +15,8 @@ import openai
 import pytest
 
 from agentserve.ingress.middleware.auth import hash_key
-from tests.integration.deployed_graph import APP, DeployedGraph, deployed_graph, wait_for
+from tests.support.graph import APP, DeployedGraph, deployed_graph
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,7 @@ class Graph(DeployedGraph):
 @pytest.fixture(scope="module")
 def graph(model_path) -> Iterator[Graph]:
     with deployed_graph(ARGS, {ENGINE: 1}, __name__, Graph) as g:
-        wait_for("the router to see the engine", lambda: g.router_view() == g.running() != set())
+        wait_for(lambda: g.router_view() == g.running() != set(), 90, 0.3, what="the router to see the engine")
         yield g
 
 
@@ -176,8 +177,8 @@ def test_a_prefix_cached_under_one_adapter_is_no_hit_under_another(graph, pirate
 def test_a_replica_added_later_serves_the_adapter(graph, pirate):
     first = graph.running()
     graph.scale(2)
-    wait_for("two engine replicas", lambda: len(graph.running()) == 2)
-    wait_for("the router to see both", lambda: graph.router_view() == graph.running())
+    wait_for(lambda: len(graph.running()) == 2, 90, 0.3, what="two engine replicas")
+    wait_for(lambda: graph.router_view() == graph.running(), 90, 0.3, what="the router to see both")
     (new,) = graph.running() - first
     router = graph.router()
     router.set_policy.remote("round_robin").result(timeout_s=10)  # every replica gets its turn
@@ -202,12 +203,12 @@ def test_a_restarted_router_relearns_run_time_adapters_from_the_engines(graph, p
         now = graph._client.get_serve_details()["applications"][APP]["deployments"]["Router"]["replicas"]
         return [r["replica_id"] for r in now if r["state"] == "RUNNING"] not in ([], [old["replica_id"]])
 
-    wait_for("Serve to replace the Router", replaced, 60)
+    wait_for(replaced, 60, 0.3, what="Serve to replace the Router")
 
     def relearnt() -> bool:
         runtime = graph.router().adapters.remote().result(timeout_s=5)
         return "pirate" in {a.id for entry in runtime if entry.model == MODEL for a in entry.adapters}
 
-    wait_for("the new Router to relearn the adapters from the engine replicas' registrations", relearnt, 60)
+    wait_for(relearnt, 60, 0.3, what="the new Router to relearn the adapters from the engine replicas' registrations")
     assert graph.load({"model": MODEL, "id": "pirate", "path": "/adapters/other"}).status_code == 400  # still served
     assert graph.ask("arr").choices[0].message.content == "Arr, the pirate adapter."

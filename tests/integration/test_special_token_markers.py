@@ -17,7 +17,7 @@ import openai
 import pytest
 from tokenizers import AddedToken
 
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 
 pytestmark = pytest.mark.integration
 

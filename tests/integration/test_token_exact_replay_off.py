@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.integration.conftest import GRAPH_ARGS
 from tests.integration.replay_clients import loop, reuse
 

@@ -14,7 +14,7 @@ from websockets.sync.client import connect
 
 from agentserve.apis.codex import config as codex_config
 from agentserve.config import ModelSpec
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 
 pytestmark = pytest.mark.integration
 

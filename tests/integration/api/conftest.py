@@ -9,11 +9,11 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import running_graph
+from tests.support.graph import running_graph
 from tests.integration.conftest import GRAPH_ARGS
 
 
 @pytest.fixture(scope="package")
 def graph_url(model_path) -> Iterator[str]:
-    with running_graph(GRAPH_ARGS) as url:
+    with running_graph(GRAPH_ARGS, shared=True) as url:
         yield url

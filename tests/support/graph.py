@@ -1,0 +1,146 @@
+"""The graph harness: the real Ray Serve graph, build_app(args), deployed on the session's cluster (cluster.py).
+
+Two ways in, as in production:
+- `running_graph(args)`: `serve.run(build_app(args))`, the imperative path of `make serve` and the benchmarks;
+- `deployed_graph(args, engines)`: a Serve config applied through the controller, the declarative path of
+  `serve deploy`, the dashboard and KubeRay, so a test can rescale one deployment in place by re-applying it.
+
+Every graph is served at route "/" (as in production: the ingress picks error envelopes by path), so one app runs
+at a time: deploying one deletes the previous. A module's graph is deleted when its fixture ends; a graph deployed
+with `shared=True` stays after it, and the next `running_graph` with the same arguments, name and HTTP options
+(its key) reuses it instead of deploying again: modules that use the same engine arguments share one graph, as
+long as they run one after another (tests/conftest.py orders modules marked `graph(KEY)` together).
+
+build_app reads the state and key environment variables (AGENTSERVE_DATA_DIR, AGENTSERVE_SECRET_KEY,
+AGENTSERVE_API_KEYS, ...) in this driver, when the graph is deployed, and bakes them into the replicas' args: a
+test sets them (monkeypatch) before deploying, and never shares a graph deployed under such variables.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from typing import Any, Iterator, TypeVar
+
+import httpx
+
+from tests.support.cluster import App, Cluster, cluster
+from tests.support.wait import wait_for
+
+APP = "agentserve"
+SMALL = {"ray_actor_options": {"num_cpus": 0.1}}
+
+
+def _take_root(c: Cluster) -> None:
+    """Delete the app at "/" unless a module is still using it (a module-scoped graph fixture nested in another)."""
+    if c.app is not None and c.app.key is None:
+        raise RuntimeError(f"a graph is already running for {c.app.name}; make graph fixtures module-scoped")
+    c.clear()
+
+
+def _key(args: dict[str, Any], name: str, http_options: dict[str, Any] | None) -> str:
+    return json.dumps([args, name, http_options or {}], sort_keys=True, default=str)
+
+
+@contextmanager
+def running_graph(
+    args: dict[str, Any],
+    *,
+    name: str = APP,
+    http_options: dict[str, Any] | None = None,
+    shared: bool = False,
+) -> Iterator[str]:
+    """Deploy build_app(args) with `serve.run` at "/" on the session's cluster, yield the base URL, delete it after
+    (a shared graph: keep it for the next user of the same key). `http_options` other than the session's restart
+    Serve (not Ray) with them."""
+    from ray import serve
+
+    from agentserve.serve.app import build_app
+
+    c = cluster(http_options)
+    key = _key(args, name, http_options) if shared else None
+    if key is not None and c.app is not None and c.app.key == key:
+        yield c.url  # the same graph, deployed by an earlier module
+        return
+    _take_root(c)
+    serve.run(build_app(args), name=name, route_prefix="/")
+    c.app = App(name, key)
+    try:
+        yield c.url
+    finally:
+        if key is None and c.app is not None and c.app.name == name:
+            c.clear()
+
+
+def serve_config(args: dict[str, Any], port: int, engines: dict[str, int]) -> dict[str, Any]:
+    """One app: Ingress, Preprocessor and Router with one replica each, and each Engine deployment with the given
+    number of replicas; every replica asks for 0.1 CPU so several fit a 2-core machine."""
+    fixed = [{"name": name, "num_replicas": 1, **SMALL} for name in ("Ingress", "Preprocessor", "Router")]
+    scaled = [{"name": name, "num_replicas": n, **SMALL} for name, n in engines.items()]
+    return {
+        "http_options": {"host": "127.0.0.1", "port": port},
+        "applications": [
+            {"name": APP, "route_prefix": "/", "import_path": "agentserve.serve.app:build_app", "args": args,
+             "deployments": fixed + scaled}
+        ],
+    }
+
+
+class DeployedGraph:
+    """A graph deployed from a Serve config (the declarative path); `deploy` re-applies it with other replica
+    counts, as an operator does."""
+
+    def __init__(self, args: dict[str, Any], port: int) -> None:
+        from ray.serve.context import _get_global_client
+
+        self.args, self.port = args, port
+        self.url = f"http://127.0.0.1:{port}"
+        self._client = _get_global_client()
+
+    def deploy(self, engines: dict[str, int]) -> None:
+        from ray.serve.schema import ServeDeploySchema
+
+        self._client.deploy_apps(ServeDeploySchema.model_validate(serve_config(self.args, self.port, engines)))
+
+    def status(self) -> str:
+        return self._client.get_serve_details()["applications"][APP]["status"]
+
+    def running(self, deployment: str) -> set[str]:
+        dep = self._client.get_serve_details()["applications"][APP]["deployments"][deployment]
+        return {r["replica_id"] for r in dep["replicas"] if r["state"] == "RUNNING"}
+
+    @staticmethod
+    def router() -> Any:
+        from ray import serve
+
+        return serve.get_deployment_handle("Router", APP)
+
+
+G = TypeVar("G", bound=DeployedGraph)
+
+
+@contextmanager
+def deployed_graph(
+    args: dict[str, Any], engines: dict[str, int], owner: str, cls: type[G] = DeployedGraph  # type: ignore[assignment]
+) -> Iterator[G]:
+    """Deploy the config on the session's cluster, wait until the app runs and the ingress answers; delete it after."""
+    with config_app() as c:
+        graph = cls(args, c.port)
+        graph.deploy(engines)
+        wait_for(lambda: graph.status() == "RUNNING", 180, 0.3, what="the app")
+        wait_for(lambda: httpx.get(f"{graph.url}/health").status_code == 200, 60, 0.3, what="the ingress")
+        yield graph
+
+
+@contextmanager
+def config_app() -> Iterator[Cluster]:
+    """Route "/" of the session's cluster for an app named APP that the caller deploys from a Serve config
+    (serve_config); the app is deleted after."""
+    c = cluster()
+    _take_root(c)
+    c.app = App(APP, None, declarative=True)
+    try:
+        yield c
+    finally:
+        if c.app is not None and c.app.name == APP:
+            c.clear()
