@@ -42,6 +42,30 @@ def _args_dict(args: Any) -> dict[str, Any] | None:
     return args
 
 
+def start_ray(*, num_cpus: int = 8, shipped_env: bool = True) -> None:
+    """A local Ray instance whose processes get the environment `make serve` ships (agentserve/serve/ray_env.py);
+    this driver keeps Ray's defaults (its sync `.result()` calls on handles need the handle router on its own loop)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import ray
+
+    from agentserve.serve import ray_env
+
+    init: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": False}
+    if shipped_env:
+        init.update(ignore_reinit_error=True, runtime_env={"env_vars": ray_env.beside_others()})
+    ray.init(**init)
+
+
+def start_serve(http_options: dict[str, Any] | None = None) -> int:
+    """Serve on 127.0.0.1 and a free port (unless `http_options` say otherwise); the port."""
+    from ray import serve
+
+    options = {"host": "127.0.0.1", "port": free_port(), **(http_options or {})}
+    serve.start(http_options=options)
+    return int(options["port"])
+
+
 @contextmanager
 def running_graphs(
     apps: Mapping[str, tuple[Any, str]],
@@ -55,25 +79,18 @@ def running_graphs(
     One graph at a time per process: a second `serve.run` of the same app name would silently replace the first
     one's config, so a second call while one runs raises.
     """
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import ray
     from ray import serve
 
-    from agentserve.serve import ray_env
     from agentserve.serve.app import build_app
 
     if _graph_running:
         raise RuntimeError(f"a graph is already running for {_graph_running[0]}; make graph fixtures module-scoped")
     _graph_running.append(",".join(apps))
-    port = free_port()
-    init: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": False}
-    if shipped_env:
-        init.update(ignore_reinit_error=True, runtime_env={"env_vars": ray_env.beside_others()})
-    ray.init(**init)
+    start_ray(num_cpus=num_cpus, shipped_env=shipped_env)
     try:
         t_serve = time.perf_counter()
-        serve.start(http_options={"host": "127.0.0.1", "port": port, **(http_options or {})})
+        port = start_serve(http_options)
         t0 = time.perf_counter()
         for name, (args, prefix) in apps.items():
             serve.run(build_app(_args_dict(args)), name=name, route_prefix=prefix)
@@ -96,9 +113,12 @@ def running_graph(
         yield url
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> T:
-    """Poll `predicate` until it returns something truthy (returned); TimeoutError after `timeout` seconds.
-    Exceptions from the predicate count as not yet."""
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 30.0, every: float = 0.1, *, what: str = "condition"
+) -> T:
+    """Poll `predicate` until it returns something truthy, and return that; AssertionError after `timeout` seconds.
+    An exception from the predicate (a component starting or restarting) counts as not yet; the last one is chained
+    to the timeout's error."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -106,8 +126,9 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float 
             value = predicate()
             if value:
                 return value
+            last = None
         except Exception as exc:  # noqa: BLE001 - not ready yet
             last = exc
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what} not met after {timeout:.0f} s" + (f" (last error: {last!r})" if last else ""))
-        time.sleep(interval)
+            raise AssertionError(f"{what} not met within {timeout}s") from last
+        time.sleep(every)

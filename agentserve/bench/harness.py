@@ -1,7 +1,6 @@
 """Harness CLIs as benchmarks and tests drive them: Claude Code's offline environment pointed at a server.
 
-The e2e tests' `claude_env` (tests/e2e/test_claude_code.py) lives here so that a benchmark needs nothing from tests/;
-the tests can import it from here.
+Claude Code's environment for benchmarks and the e2e tests alike (the tests import it from here, never the reverse).
 """
 
 from __future__ import annotations

@@ -10,13 +10,14 @@ not be installed (npm missing or the registry unreachable).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
+
+from agentserve.bench import harness
 
 pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
@@ -67,26 +68,8 @@ def _preamble_stripped(url: str) -> float:
 
 
 def claude_env(base_url: str, home: Path) -> dict[str, str]:
-    """Claude Code pointed at `base_url`, offline, with its state under `home`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE"))}
-    env.update({
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_AUTH_TOKEN": "agentserve-test",
-        "ANTHROPIC_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL,
-        "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL,
-        # offline: no telemetry, update checks, error reports or other non-essential calls
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
-        "API_TIMEOUT_MS": "120000",
-    })
-    return env
+    """Claude Code pointed at `base_url`, offline, with its state under `home` (the benchmarks' environment)."""
+    return harness.claude_env(base_url, home, MODEL)
 
 
 def test_claude_code_runs_a_tool_and_finishes(cc_graph, workdir, tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.recording_proxy import RecordingProxy
+from agentserve.bench.recording_proxy import RecordingProxy
 from tests.e2e.test_claude_code import MODEL, _claude_binary, claude_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py

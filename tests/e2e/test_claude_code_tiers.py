@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from tests.support.graph import running_graph
-from tests.e2e.recording_proxy import Exchange, RecordingProxy
+from agentserve.bench.recording_proxy import Exchange, RecordingProxy
 from tests.e2e.test_claude_code import _claude_binary, claude_env
 
 pytestmark = pytest.mark.e2e

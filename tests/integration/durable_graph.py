@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.cluster import CLUSTER
 from tests.support.graph import running_graph
-from tests.support.wait import wait_for
+from agentserve.bench.graph import wait_for
 from tests.integration.api.test_responses_events import SHELL_TOOL
 from tests.integration.conftest import GRAPH_ARGS, RULES
 

@@ -18,7 +18,7 @@ import ray
 from agentserve.protocol.cluster import RouterStats
 from tests.support.graph import running_graph
 from tests.integration import graph_probe
-from tests.support.wait import wait_for
+from agentserve.bench.graph import wait_for
 from tests.integration.conftest import RULES
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.support.graph import DeployedGraph, deployed_graph
-from tests.support.wait import wait_for
+from agentserve.bench.graph import wait_for
 
 pytestmark = pytest.mark.integration
 

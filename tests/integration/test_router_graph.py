@@ -12,7 +12,7 @@ from ray import serve
 
 from agentserve.protocol.cluster import RouterStats
 from tests.support.graph import running_graph
-from tests.support.wait import wait_for
+from agentserve.bench.graph import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentserve.ingress.middleware.auth import hash_key
 from tests.support.graph import APP, DeployedGraph, deployed_graph
-from tests.support.wait import wait_for
+from agentserve.bench.graph import wait_for
 
 pytestmark = pytest.mark.integration
 

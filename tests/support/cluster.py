@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agentserve.ports import free_port
+from agentserve.bench.graph import start_ray, start_serve
 
 logger = logging.getLogger(__name__)
 
@@ -47,15 +47,8 @@ class Cluster:
         import ray
         from ray import serve
 
-        from agentserve.serve import ray_env
-
         if not ray.is_initialized():
-            ray.init(
-                num_cpus=8,
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"env_vars": ray_env.beside_others()},
-            )
+            start_ray()  # the benchmarks' launcher: the same Ray environment as `make serve`
             self.starts += 1
             self.http_options, self.app = None, None
         want = {"host": "127.0.0.1", **(http_options or {})}
@@ -64,8 +57,7 @@ class Cluster:
                 logger.info("restarting Serve for HTTP options %s", want)
                 self.app = None
                 serve.shutdown()
-            self.port = free_port()
-            serve.start(http_options={**want, "port": self.port})
+            self.port = start_serve(want)
             self.http_options = want
         return self
 

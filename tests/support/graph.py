@@ -25,7 +25,7 @@ from typing import Any, Iterator, TypeVar
 import httpx
 
 from tests.support.cluster import App, Cluster, cluster
-from tests.support.wait import wait_for
+from agentserve.bench.graph import wait_for
 
 APP = "agentserve"
 SMALL = {"ray_actor_options": {"num_cpus": 0.1}}

@@ -14,7 +14,7 @@ import pytest
 from websockets.sync.client import connect
 
 from tests.integration.graph_probe import engine_active, router_stats
-from tests.support.wait import wait_for
+from agentserve.bench.graph import wait_for
 from tests.integration.api.test_responses_events import PATCH_TOOL, SHELL_TOOL, codex_turn, raw_stream
 from tests.integration.responses_rules import PATCH
 
