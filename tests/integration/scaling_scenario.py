@@ -18,7 +18,7 @@ from typing import Any, Callable
 import httpx
 
 from agentserve.ports import free_port
-from tests.support import wait
+from agentserve.bench.graph import wait_for
 from tests.support.graph import serve_config
 
 APP = "agentserve"
@@ -36,7 +36,7 @@ T0 = time.monotonic()
 
 def logged_wait(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
     print(f"[{time.monotonic() - T0:6.1f}s] waiting for {what}")  # the parent test shows this log on failure
-    wait.wait_for(check, timeout_s, 0.3, what=what)
+    wait_for(check, timeout_s, 0.3, what=what)
 
 
 class Stream(threading.Thread):
