@@ -361,7 +361,7 @@ def test_malformed_bodies_over_http_are_4xx_in_the_envelope(graph_url):
     """A sample of the unit-level hypothesis bodies, end to end: never a 5xx, always Anthropic's envelope."""
     from hypothesis import HealthCheck, given, settings
 
-    from tests.unit.test_anthropic_decode import malformed_bodies
+    from tests.unit.apis.test_anthropic_decode import malformed_bodies
 
     with httpx.Client(base_url=graph_url, headers=HEADERS, timeout=60) as http:
 

@@ -22,7 +22,7 @@ from agentserve.deploy.dashboard import dashboard
 from agentserve.deploy.values import K8sValues
 from agentserve.engines.vllm import engine_args
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "k8s"
 
 

@@ -16,7 +16,7 @@ import pytest
 from agentserve.config import EngineSpec
 from agentserve.engines.vllm import VllmEngine
 from agentserve.protocol import EngineRequest, SamplingParams
-from tests.unit.test_special_tokens import CASES, leaks, outcome, post_for, tokenizers  # noqa: F401 - fixture
+from tests.unit.ingress.test_special_tokens import CASES, leaks, outcome, post_for, tokenizers  # noqa: F401 - fixture
 
 
 class StreamingAsyncLLM:

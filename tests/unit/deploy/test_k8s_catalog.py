@@ -18,9 +18,9 @@ from ray.serve.schema import ServeDeploySchema
 from agentserve.config import ServeArgs
 from agentserve.deploy import k8s
 from agentserve.deploy.values import K8sValues
-from tests.unit.test_k8s_manifests import deployments, errors, serve_cfg
+from tests.unit.deploy.test_k8s_manifests import deployments, errors, serve_cfg
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "k8s" / "examples" / "two-models"
 BIG, SMALL = "Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen3-4B-Instruct-2507"
 
