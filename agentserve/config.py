@@ -228,7 +228,7 @@ class StateSpec(_Strict):
 
 
 class LimitsSpec(_Strict):
-    """What one request may ask for, and how much one API key may use (serve/limits.py).
+    """What one request may ask for, and how much one API key may use (ingress/middleware/limits.py).
 
     Per-key limits are global across ingress replicas: they are held in the state backend (ServeArgs.state),
     concurrency as leases that expire lease_ttl_s after their holder stops renewing them (a crashed ingress
@@ -295,7 +295,7 @@ class ServeArgs(_Strict):
     # Anthropic streams send `ping` when no event has gone out for this long (long prefills, long gaps).
     keepalive_interval_s: float = Field(default=5.0, gt=0)
     # API keys as sha256 hex digests (never the keys themselves); AGENTSERVE_API_KEYS adds plain keys (comma
-    # separated) that build_app hashes. Empty: no authentication. See serve/auth.py.
+    # separated) that build_app hashes. Empty: no authentication. See ingress/middleware/auth.py.
     api_keys: tuple[str, ...] = ()
     limits: LimitsSpec = LimitsSpec()
     # Where the Responses store, per-key limits and the generated secret key live (agentserve/state).
