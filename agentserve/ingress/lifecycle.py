@@ -224,7 +224,7 @@ class RequestLifecycle:
             asyncio.ensure_future(
                 self._path.doctor.check(session, pre.engine.token_ids, pre.report.replay_last_rerendered)
             )
-            if session and not self._warm_only
+            if session
             else None
         )
         route_call = self._path.router.route.remote(pre.route)
