@@ -193,6 +193,11 @@ class ResponseStoreSpec(_Strict):
     max_entries: int = Field(default=10_000, ge=1)
     max_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
     ttl_s: float = Field(default=24 * 3600.0, gt=0)
+    # Per owner (API key): past these, that owner's own least recently used responses go. None: the store's caps.
+    # Past the store's caps, the owner holding the most bytes loses its least recently used first, so one key's
+    # `store: true` traffic never evicts another's `previous_response_id` chains while it holds more than they do.
+    max_entries_per_owner: int | None = Field(default=None, ge=1)
+    max_bytes_per_owner: int | None = Field(default=None, ge=1)
 
 
 class KeptTurnsSpec(_Strict):
@@ -225,6 +230,11 @@ class StateSpec(_Strict):
     backend: Literal["sqlite", "postgres"] = "sqlite"
     data_dir: str | None = None
     postgres_dsn: str | None = None
+    # PostgreSQL connections one replica process holds at most (its store, kept turns and limits share one pool).
+    # At the k8s maxima (8 ingress + 16 preprocessor replicas) 4 each is 96 against the server's default
+    # max_connections of 100; see docs/OPERATIONS.md before raising it or the replica counts.
+    postgres_pool_size: int = Field(default=4, ge=1)
+    postgres_connect_timeout_s: float = Field(default=10.0, gt=0)
 
 
 class LimitsSpec(_Strict):
@@ -257,6 +267,10 @@ class DoctorSpec(_Strict):
 
     enabled: bool = True
     max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    # Who gets the `x-agentserve-prefix` header. "keys": only when API keys are configured (a caller then sees its
+    # own key's sessions only); without keys every caller shares one identity, and the header's reuse counts would
+    # let one recover another's prompt. "always": every caller (one trusted user, e.g. loopback). "never": no one.
+    header: Literal["keys", "always", "never"] = "keys"
 
 
 def engine_deployment_slug(model_id: str) -> str:
@@ -309,6 +323,11 @@ class ServeArgs(_Strict):
     doctor: DoctorSpec = DoctorSpec()
     # Token-exact replay of earlier assistant turns (KeptTurnsSpec), kept in the state backend.
     kept_turns: KeptTurnsSpec = KeptTurnsSpec()
+    # The engines' prefix cache. "per_key": each API key's prompts are cached apart (vLLM's `cache_salt`, also in
+    # the router's block hashes), so no key can learn from cached-token counts what another sent; one key's
+    # sessions still share. Cost: a system prompt common to many keys is prefilled and held once per key.
+    # "shared": one cache for every caller (the most reuse; only for callers who trust each other).
+    cache_isolation: Literal["per_key", "shared"] = "per_key"
 
     @model_validator(mode="after")
     def _keys_are_digests(self) -> "ServeArgs":
