@@ -6,7 +6,7 @@ uncached token) so that `num_cached_tokens` and KV events behave as vLLM's. It s
 
 LoRA adapters are ids it holds (declared, or loaded at run time; it reads no weights): a request under an adapter
 caches and hits blocks of that adapter only, and a rule naming an adapter answers only under it, so a test sees
-which adapter answered.
+which adapter answered. A request's `cache_salt` partitions the cache as vLLM's does (engines/scripted_cache.py).
 """
 
 from __future__ import annotations
@@ -255,8 +255,8 @@ class ScriptedEngine:
                 ids = ids[: stop_at + 1]  # the stop string ends the turn: nothing after it is generated
             limit = request.max_tokens
             out = ids[:limit]
-            hashes = block_hashes(request.token_ids, self._cache.block_size, request.adapter)
-            kv = self._cache.admit(request.token_ids, hashes, out, lora)
+            hashes = block_hashes(request.token_ids, self._cache.block_size, request.adapter, request.cache_salt)
+            kv = self._cache.admit(request.token_ids, hashes, out, lora, request.cache_salt)
             cached = kv.cached_tokens
             prefill_ms = (request.prompt_tokens - cached) * self._cache_spec.prefill_ms_per_token
             if prefill_ms > 0:

@@ -15,6 +15,9 @@ Block hashes are the preprocessor's chain (`kv_events/block_hash.py`), so a late
 `block_hashes` find the blocks a generation stored. Under a LoRA adapter the chain starts at the adapter's root, as
 vLLM keys blocks by their LoRA, and the KV events carry the adapter as vLLM's do (`lora_name`, `lora_id`, and the
 name as each block's extra key): a prefix cached under one adapter is never a hit for another or the base model.
+A request's `cache_salt` keys its first block, as vLLM's does (`generate_block_hash_extra_keys`: the salt only where
+the block starts at token 0), so every block chained from it differs: here the chain starts at the salt's root, and
+the first block's extra keys carry the salt after the LoRA name, as vLLM publishes them (`to_event_extra_keys`).
 """
 
 from __future__ import annotations
@@ -90,16 +93,21 @@ class PrefixCache:
         return self._publish is not None
 
     def admit(
-        self, prompt: list[int], prompt_hashes: Sequence[int], output: list[int], lora: tuple[str, int] | None = None
+        self,
+        prompt: list[int],
+        prompt_hashes: Sequence[int],
+        output: list[int],
+        lora: tuple[str, int] | None = None,
+        salt: str | None = None,
     ) -> "CachedRequest":
         """Look the prompt up (full blocks, at most prompt_len - 1 tokens). `output` is what the request
         will generate (a scripted engine knows it up front); its blocks enter the cache as they are computed.
-        `lora`: (adapter id, its int id) when a LoRA adapter serves the request; `prompt_hashes` are then seeded
-        by the adapter id (the preprocessor's `block_hashes(..., adapter)`)."""
+        `lora`: (adapter id, its int id) when a LoRA adapter serves the request; `salt`: its cache partition;
+        `prompt_hashes` are then seeded by both (the preprocessor's `block_hashes(..., adapter, salt)`)."""
         usable = max(0, (len(prompt) - 1) // self.block_size)
         hit = self.blocks.hit_blocks(prompt_hashes, usable)
-        parent = self.blocks.digest(prompt_hashes[hit - 1]) if hit else root(lora[0] if lora else None)
-        return CachedRequest(self, prompt, output, list(prompt_hashes[:hit]), parent, lora)
+        parent = self.blocks.digest(prompt_hashes[hit - 1]) if hit else root(lora[0] if lora else None, salt)
+        return CachedRequest(self, prompt, output, list(prompt_hashes[:hit]), parent, lora, salt or None)
 
     def emit(self, events: list[KvEvent]) -> None:
         if self._publish is not None and events:
@@ -117,9 +125,11 @@ class CachedRequest:
         hit: list[int],
         parent: bytes,
         lora: tuple[str, int] | None = None,
+        salt: str | None = None,
     ) -> None:
         self._cache = cache
         self._lora = lora
+        self._salt = salt
         self._prompt = prompt
         self._output = output
         self._hashes = hit  # chained hashes of the full blocks computed so far
@@ -171,13 +181,19 @@ class CachedRequest:
                         lora_id=lora_id,
                         medium="GPU",
                         lora_name=name,
-                        extra_keys=[[name]] * (b - a) if name is not None else None,
+                        extra_keys=self._extra_keys(a, b),
                     )
                 )
                 run = []
             if i >= 0:
                 run.append(i)
         return out
+
+    def _extra_keys(self, a: int, b: int) -> list | None:
+        """Blocks a..b-1's extra keys as vLLM publishes them: the LoRA name on each, the salt on block 0 only."""
+        name = self._lora[0] if self._lora else None
+        keys = [[*([name] if name is not None else []), *([self._salt] if i == 0 and self._salt else [])] for i in range(a, b)]
+        return [k or None for k in keys] if any(keys) else None
 
     def free(self) -> None:
         """The request ended (finished or aborted): its blocks stay cached, the tail first in line for eviction."""

@@ -248,8 +248,11 @@ class VllmEngine:
         first = True
         want_logprobs = request.sampling.logprobs is not None
         try:
+            prompt = TokensPrompt(prompt_token_ids=request.token_ids)
+            if request.cache_salt:  # keys the first block's hash, so every block of the prompt (vLLM 0.32)
+                prompt["cache_salt"] = request.cache_salt
             stream = self._llm.generate(
-                TokensPrompt(prompt_token_ids=request.token_ids),
+                prompt,
                 self._sampling(request),
                 request.request_id,
                 lora_request=lora,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentserve.config import ModelSpec
-from agentserve.kv_events.block_hash import block_hashes
+from agentserve.kv_events.block_hash import block_hashes, cache_salt
 from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
 from agentserve.preprocess.constrain import check as check_constraint
 from agentserve.preprocess.literal_text import LiteralGuard
@@ -94,8 +94,10 @@ class Preprocessor:
         kept: KeptTurnStore | None = None,  # kept turns to splice back (None: every turn is re-rendered)
         clamp_max_tokens: bool = True,  # max_tokens past the window: cut to what is left (False: refuse)
         scripted: bool = False,  # the engine is the scripted test double: requests carry the text its rules match
+        cache_isolation: str = "shared",  # "per_key": each caller's prompts get their own prefix-cache partition
     ) -> None:
         self._model = model
+        self._isolate = cache_isolation == "per_key"
         self._scripted = scripted
         self._clamp = clamp_max_tokens
         self._kept = kept
@@ -255,11 +257,13 @@ class Preprocessor:
         opener = self._policy.think_open.strip()
         reasoning_started = bool(opener) and prompt.text.rstrip().endswith(opener)
         session = session_key(request)
+        salt = cache_salt(scope) if self._isolate else None  # the engine's cache and the router's hashes agree
         engine = EngineRequest(
             request_id=request.request_id,
             model=self._model.id,
             token_ids=prompt.token_ids,
             adapter=adapter,
+            cache_salt=salt,
             sampling=self._with_thinking_budget(request, thinking),
             max_tokens=max_tokens,
             priority=request.hints.priority,
@@ -270,7 +274,7 @@ class Preprocessor:
         route = RouteRequest(
             request_id=request.request_id,
             model=self._model.id,
-            block_hashes=block_hashes(prompt.token_ids, self._block_size, adapter),
+            block_hashes=block_hashes(prompt.token_ids, self._block_size, adapter, salt),
             prompt_tokens=n,
             max_tokens=max_tokens,
             hints=request.hints,

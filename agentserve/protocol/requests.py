@@ -98,6 +98,8 @@ class EngineRequest(BaseModel):
     sampling: SamplingParams
     max_tokens: int  # resolved against the context window
     adapter: str | None = None  # the LoRA adapter id that serves this request; None: the base model
+    # The caller's prefix-cache partition (vLLM's `cache_salt`, kv_events/block_hash.py `cache_salt`); None: shared.
+    cache_salt: str | None = None
     priority: int = 0  # the (authorized) priority hint: higher is scheduled first where the engine can
     reasoning_started: bool = False  # the prompt already opened a reasoning block (a thinking budget counts from it)
     # xgrammar structural tag (JSON) the output must match: tool choice, strict tools, output format; None: free.

@@ -121,9 +121,10 @@ class EventIndex:
     """A PrefixIndex fed by engine KV events.
 
     Why re-key instead of sharing vLLM's hash: vLLM's hash depends on its algorithm, seed and version;
-    the tokens in each `BlockStored` do not. Blocks with extra keys (LoRA, cache_salt, multimodal) or
-    outside KV group 0, partial blocks, and blocks whose parent we never saw are not indexed: the
-    index may miss a block but never claims one a replica cannot reuse for a plain text prompt.
+    the tokens in each `BlockStored` do not. A LoRA name (every block's extra key) and a cache salt (the
+    first block's, after the LoRA name) seed the chain's root as the preprocessor's do. Blocks with other
+    extra keys (multimodal) or outside KV group 0, partial blocks, and blocks whose parent we never saw are
+    not indexed: the index may miss a block but never claims one a replica cannot reuse for a text prompt.
     """
 
     def __init__(self, block_size: int, index: PrefixIndex | None = None) -> None:
@@ -164,17 +165,22 @@ class EventIndex:
 
     def _stored(self, replica: str, m: _Mapping, ev: BlockStored) -> tuple[int, int]:
         """Re-key a stored run by its tokens (chained from its parent); runs with extra keys other than their
-        LoRA's name (multimodal inputs, cache salts) have no preprocessor hash and are skipped."""
+        LoRA's name and a first block's cache salt (multimodal inputs) have no preprocessor hash and are skipped."""
         bs = self.block_size
         n = len(ev.block_hashes)
+        salt, rest = _first_block_salt(ev.extra_keys, ev.lora_name) if ev.parent_block_hash is None else (None, ev.extra_keys)
         usable = (
             ev.block_size == bs
             and len(ev.token_ids) == n * bs
             and (ev.group_idx or 0) == 0
-            and _only_lora_keys(ev.extra_keys, ev.lora_name)
+            and salt is not _UNKEYED
+            and _only_lora_keys(rest, ev.lora_name)
         )
+        if not usable:
+            return 0, n
         if ev.parent_block_hash is None:
-            parent = root(ev.lora_name)  # a LoRA adapter's blocks chain from its own root, as the preprocessor's
+            # A LoRA adapter's or a salted prompt's blocks chain from their own root, as the preprocessor's do.
+            parent = root(ev.lora_name, salt)  # type: ignore[arg-type]
         elif ev.parent_block_hash in m.blocks:
             parent = m.blocks[ev.parent_block_hash][1]
         else:
@@ -190,6 +196,24 @@ class EventIndex:
                 new.append(ours)
         self.index.add(replica, new)
         return len(new), 0
+
+
+_UNKEYED = object()  # a first block whose extra keys name something the preprocessor does not hash by
+
+
+def _first_block_salt(extra_keys: list | None, lora_name: str | None) -> tuple[object, list | None]:
+    """(the cache salt among the first block's extra keys, or None; the other blocks' keys). vLLM publishes a
+    block's keys untagged, in order: the LoRA name, multimodal pairs, the salt (on block 0 only)."""
+    if not extra_keys:
+        return None, extra_keys
+    first = list(extra_keys[0] or ())
+    if lora_name is not None and first[:1] == [lora_name]:
+        first = first[1:]
+    if not first:
+        return None, extra_keys[1:]
+    if len(first) == 1 and isinstance(first[0], str):
+        return first[0], extra_keys[1:]
+    return _UNKEYED, extra_keys[1:]
 
 
 def _only_lora_keys(extra_keys: list | None, lora_name: str | None) -> bool:

@@ -41,18 +41,25 @@ def next_turn_prefix(conversation: Conversation, assistant: Turn) -> Conversatio
 
 
 def prefill_request(
-    request_id: str, model: str, token_ids: list[int], block_size: int, hints: AgentHints, adapter: str | None = None
+    request_id: str,
+    model: str,
+    token_ids: list[int],
+    block_size: int,
+    hints: AgentHints,
+    adapter: str | None = None,
+    cache_salt: str | None = None,
 ) -> Preprocessed:
-    """A one-token request whose only job is to leave `token_ids` in the replica's prefix cache (under `adapter`)."""
+    """A one-token request whose only job is to leave `token_ids` in the replica's prefix cache (under `adapter`,
+    in the turn's cache partition `cache_salt`: the next turn is looked up there)."""
     rid = f"{request_id}-spec"
     hints = hints.model_copy(update={"speculative_prefill": False, "osl": 1})
     return Preprocessed(
         engine=EngineRequest(
-            request_id=rid, model=model, adapter=adapter, token_ids=token_ids,
+            request_id=rid, model=model, adapter=adapter, cache_salt=cache_salt, token_ids=token_ids,
             sampling=SamplingParams(max_tokens=1, temperature=0.0), max_tokens=1,
         ),
         route=RouteRequest(
-            request_id=rid, model=model, block_hashes=block_hashes(token_ids, block_size, adapter),
+            request_id=rid, model=model, block_hashes=block_hashes(token_ids, block_size, adapter, cache_salt),
             prompt_tokens=len(token_ids), max_tokens=1, hints=hints,
         ),
     )
@@ -108,7 +115,8 @@ class SpeculativePrefill:
                     conv, dict(request.template_kwargs), False, None, engine.model
                 )
             spec = prefill_request(
-                engine.request_id, engine.model, ids, self._block_size[ended.model], request.hints, engine.adapter
+                engine.request_id, engine.model, ids, self._block_size[ended.model], request.hints, engine.adapter,
+                engine.cache_salt,
             )
             await self._path.prefill(request, ended.model, spec, replica)
         except Exception:

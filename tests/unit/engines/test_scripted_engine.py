@@ -163,6 +163,25 @@ def test_cached_prefixes_are_per_adapter():
     assert _run(e, _lora_req(a, None))[0].num_cached_tokens == 8
 
 
+def _salted(tokens, salt):
+    return EngineRequest(
+        request_id="r", model="m", token_ids=tokens, sampling=SamplingParams(), max_tokens=100, match_text="x",
+        cache_salt=salt,
+    )
+
+
+def test_cached_prefixes_are_per_cache_salt():
+    """As vLLM's `cache_salt`: a prompt cached under one salt is a miss under another or none, a hit under its own."""
+    spec = EngineSpec.model_validate({"kind": "scripted", "block_size": 4, "rules": [{"reply": "ok"}]})
+    e = ScriptedEngine(spec.rules, lambda t: [ord(c) for c in t], 0, 4, spec.cache)
+    a = list(range(1, 10))
+    assert _run(e, _salted(a, "key-a"))[0].num_cached_tokens == 0
+    assert _run(e, _salted(a, "key-b"))[0].num_cached_tokens == 0
+    assert _run(e, _salted(a, None))[0].num_cached_tokens == 0
+    assert _run(e, _salted(a, "key-a"))[0].num_cached_tokens == 8
+    assert _run(e, _salted(a, "key-b"))[0].num_cached_tokens == 8
+
+
 def test_an_adapter_it_does_not_hold_is_an_error_until_loaded():
     e = _engine()
     out = _run(e, _lora_req([1] * 5, "pirate"))

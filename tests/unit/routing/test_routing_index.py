@@ -97,12 +97,30 @@ def test_unkeyable_blocks_are_skipped_not_guessed():
     ev = EventIndex(BS)
     ev.add_replica("a")
     assert ev.apply("a", [stored([b"x"], b"never-seen", tokens[:4])]).skipped == 1
-    assert ev.apply("a", [stored([b"y"], None, tokens[:4], extra_keys=[("salt",)])]).skipped == 1
+    assert ev.apply("a", [stored([b"y"], None, tokens[:4], extra_keys=[[["mm-hash", 0]]])]).skipped == 1  # an image
     assert ev.apply("a", [stored([b"z"], None, tokens[:3])]).skipped == 1  # partial block
     assert ev.apply("a", [stored([b"w"], None, tokens[:4], group_idx=1)]).skipped == 1
-    # A LoRA block salted as well: its key is more than the adapter's name.
-    assert ev.apply("a", [stored([b"v"], None, tokens[:4], lora_name="p", extra_keys=[("p", "salt")])]).skipped == 1
+    # A salt is a first block's key only: on a later block it is something the preprocessor does not hash by.
+    assert ev.apply("a", [stored([b"u1", b"u2"], None, tokens, extra_keys=[None, ["salt"]])]).skipped == 2
     assert ev.index.size("a") == 0
+
+
+def test_salted_blocks_are_keyed_under_their_salt():
+    """vLLM keys a salted prompt's first block by its `cache_salt` and publishes the salt as that block's extra key
+    (after the LoRA name): the router finds the blocks for that salt only, as the engine's cache does."""
+    tokens = list(range(12))
+    ev = EventIndex(BS)
+    ev.add_replica("a")
+    ev.add_replica("b")
+    head = stored([b"s1", b"s2"], None, tokens[:8], extra_keys=[["k1"], None])
+    tail = stored([b"s3"], b"s2", tokens[8:])  # a later run of the same sequence: no salt, chained to its parent
+    assert ev.apply("a", [head, tail]).stored == 3
+    lora = stored([b"p1"], None, tokens[:4], lora_id=1, lora_name="p", extra_keys=[["p", "k1"]])
+    assert ev.apply("b", [lora]).stored == 1
+    assert ev.index.overlaps(block_hashes(tokens, BS, salt="k1")) == {"a": 3}
+    assert ev.index.overlaps(block_hashes(tokens, BS, "p", "k1")) == {"b": 1}
+    assert ev.index.overlaps(block_hashes(tokens, BS)) == {}
+    assert ev.index.overlaps(block_hashes(tokens, BS, salt="k2")) == {}
 
 
 def test_lora_blocks_are_keyed_under_their_adapter():
