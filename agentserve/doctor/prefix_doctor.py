@@ -33,12 +33,22 @@ class DoctorStats:
     trace_dropped: int
 
 
+def header_shown(args: "ServeArgs") -> bool:
+    """Whether `x-agentserve-prefix` goes back to callers: "always", "never", or with "keys" only when API keys
+    are configured. Without keys every caller that presents no key (or the same one) is one identity, and reuse
+    counts against "its" last turn let one caller read another's prompt and output token by token. (build_app puts
+    the keys of AGENTSERVE_API_KEYS into args.api_keys.)"""
+    mode = args.doctor.header
+    return mode == "always" or (mode == "keys" and bool(args.api_keys))
+
+
 class PrefixDoctor:
     """How much of a session's previous turn each prompt reuses, and why not all (`x-agentserve-prefix`).
 
     Session keys are opaque strings. The caller must scope them to the authenticated caller (e.g.
     `<api-key identity>/<session id>`): a report tells how much of the previous turn under that key
-    matches, so a key two callers could share would leak one caller's prompt to the other.
+    matches, so a key two callers could share would leak one caller's prompt to the other. Hence `header`:
+    a report goes back to the caller only where the config says callers are told apart (DoctorSpec.header).
 
     Call `check` and `record` from one event loop (the memory is not thread-safe by design: only the
     loop touches it; the worker thread reads immutable snapshots).
@@ -52,7 +62,9 @@ class PrefixDoctor:
         max_bytes: int = DEFAULT_MAX_BYTES,
         enabled: bool = True,
         trace: BackgroundTraceWriter | None = None,
+        show_header: bool = True,
     ) -> None:
+        self.show_header = show_header  # whether reports go back to callers (`header`), or only into metrics
         self._decode = decode
         self._special = special_ids
         self._enabled = enabled
@@ -71,7 +83,12 @@ class PrefixDoctor:
             max_bytes=args.doctor.max_bytes,
             enabled=args.doctor.enabled,
             trace=trace,
+            show_header=header_shown(args),
         )
+
+    def header(self, report: PrefixReport | None) -> str | None:
+        """The `x-agentserve-prefix` value for the caller, or None where callers are not told apart."""
+        return report.header() if report is not None and self.show_header else None
 
     async def check(
         self, session_key: str, prompt_ids: Sequence[int], output_rerendered: bool = False

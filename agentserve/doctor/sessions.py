@@ -2,10 +2,16 @@
 
 Why bytes and not a session count: one agent session at a 100K-token context is 400 KB here (and was
 ~3.6 MB as a Python list of ints), so a count bound says nothing about memory.
+
+Sessions are held under a keyed digest of their key (a secret of this process): a session key is made of
+things a caller can guess (its key's digest, a client session id, a hash of the first message), and the
+memory's keys must not be worth anything to whoever reads them (a heap dump, a debugger, a log line).
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -38,15 +44,20 @@ class SessionMemory:
     Not thread-safe: one thread (the ingress event loop) gets and puts; LastTurn values may be handed on.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, secret: bytes | None = None) -> None:
         self.max_bytes = max_bytes
         self.nbytes = 0
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
         self._turns: OrderedDict[str, LastTurn] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._turns)
 
+    def _key(self, key: str) -> str:
+        return hashlib.blake2b(key.encode(), key=self._secret, digest_size=16).hexdigest()
+
     def get(self, key: str) -> LastTurn | None:
+        key = self._key(key)
         turn = self._turns.get(key)
         if turn is not None:
             self._turns.move_to_end(key)
@@ -54,6 +65,7 @@ class SessionMemory:
 
     def put(self, key: str, prompt: Sequence[int], output: Sequence[int]) -> None:
         """Remember a finished turn; a turn larger than the whole budget is not kept (nor its predecessor)."""
+        key = self._key(key)
         self._drop(key)
         tokens = array("I", prompt)
         tokens.extend(output)

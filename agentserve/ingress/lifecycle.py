@@ -270,7 +270,8 @@ class RequestLifecycle:
         """`x-agentserve-prefix`: how much of the session's previous turn this prompt reuses, and why not all.
         `x-agentserve-max-tokens-clamped`: the max_tokens granted when the client asked for more than the window
         leaves after the prompt, as `<granted>; requested=<asked>`."""
-        out = {"x-agentserve-prefix": self.report.header()} if self.report else {}
+        prefix = self._path.doctor.header(self.report)
+        out = {"x-agentserve-prefix": prefix} if prefix else {}
         if self.pre is not None and self.pre.report.requested_max_tokens is not None:
             granted, asked = self.pre.engine.max_tokens, self.pre.report.requested_max_tokens
             out["x-agentserve-max-tokens-clamped"] = f"{granted}; requested={asked}"

@@ -49,6 +49,8 @@ GRAPH_ARGS = {
     "enable_streaming_tool_dispatch": True,
     "keepalive_interval_s": 0.1,  # Anthropic pings; the AS_KEEPALIVE rule's 150 ms gaps exceed it
     "model": {"aliases": ["smollm2", "smollm2-135m-instruct", "claude-smollm2"]},
+    # The tests tell callers apart by the keys they present (none configured): the prefix header is asked for.
+    "doctor": {"header": "always"},
 }
 
 
