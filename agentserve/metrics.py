@@ -65,6 +65,12 @@ KEPT_TURNS = Counter(
     "queued when the end could wait no longer), refused (queue full or database error)",
     ["model", "result"], registry=REGISTRY,
 )
+RESPONSES_NOT_STORED = Counter(
+    "agentserve_responses_not_stored_total",
+    "Responses asked to be stored (`store` not false) that were answered but not stored: too_large (past the "
+    "store's or the owner's byte cap) or failed (the database refused); `previous_response_id` cannot name them",
+    ["reason"], registry=REGISTRY,
+)
 PREAMBLE_STRIPPED = Counter(
     "agentserve_anthropic_preamble_stripped_total",
     "Anthropic requests whose x-anthropic-billing-header line was removed from the system prompt",

@@ -7,6 +7,7 @@ nothing off a module.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -79,6 +80,10 @@ def make_app(parts: IngressParts) -> FastAPI:
             yield
         finally:
             parts.store.close()
+            for observer in ctx.path.observers:  # e.g. kept turns still queued are written before the stop
+                close = getattr(observer, "close", None)
+                if close is not None:
+                    await asyncio.to_thread(close)
 
     app = FastAPI(title="agentserve", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.ctx = ctx

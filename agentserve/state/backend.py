@@ -13,11 +13,13 @@ from typing import Protocol, Sequence
 
 @dataclass(frozen=True, slots=True)
 class StoreBounds:
-    """Caps of the Responses store: entry count, total body bytes, lifetime since last use."""
+    """Caps of a store: entry count, total body bytes, lifetime since last use; and per owner (None: the store's)."""
 
     max_entries: int
     max_bytes: int
     ttl_s: float
+    max_entries_per_owner: int | None = None
+    max_bytes_per_owner: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +37,9 @@ class TokenGrant:
 class StateBackend(Protocol):
     # -- Responses store: opaque bodies scoped to an owner -----------------------------------------------
     def put_response(self, response_id: str, owner: str, body: bytes, now: float, bounds: StoreBounds) -> bool:
-        """Store (or replace) a body; evict expired then least recently used entries past the bounds.
-        False when the body alone is larger than max_bytes."""
+        """Store (or replace) a body; evict expired entries, then the owner's least recently used past its own
+        quota, then past the store's caps the least recently used of the owner holding the most bytes.
+        False when the body alone is larger than max_bytes (or the owner's byte quota)."""
         ...
 
     def get_response(self, response_id: str, owner: str, now: float, ttl_s: float) -> bytes | None:

@@ -101,14 +101,24 @@ class KeptTurnStore:
         self._touch_lock = threading.Lock()
         self.dropped = 0  # puts refused because the queue was full (the database cannot keep up)
         self.failed = 0  # batches the database refused
+        self.read_failed = 0  # reads the database refused (those prompts were re-rendered)
         self._thread = threading.Thread(target=self._run, name="kept-turns", daemon=True)
         self._thread.start()
 
     # -- reads (preprocessor) ----------------------------------------------------------------------------
     def get_many(self, keys: Sequence[str]) -> dict[str, KeptTurn]:
+        """The kept turns of those keys there are; none when the database cannot answer: a kept turn only saves a
+        re-render, so a failed read re-renders every turn (the prompt differs where the spelling did) and the
+        request goes on."""
         if not keys:
             return {}
-        rows = self._backend.get_kept_turns(list(dict.fromkeys(keys)), self._clock())
+        try:
+            rows = self._backend.get_kept_turns(list(dict.fromkeys(keys)), self._clock())
+        except Exception:  # noqa: BLE001 - the database is down or locked: the turns are re-rendered
+            self.read_failed += 1
+            if self.read_failed & (self.read_failed - 1) == 0:  # the 1st, 2nd, 4th, 8th ... failure: no log flood
+                logger.warning("kept turns: a read failed (%d so far); re-rendering", self.read_failed, exc_info=True)
+            return {}
         return {k: KeptTurn.decode(b) for k, b in rows.items()}
 
     def touch(self, keys: Sequence[str]) -> None:
@@ -145,10 +155,15 @@ class KeptTurnStore:
     def stats(self) -> tuple[int, int]:
         return self._backend.kept_turn_stats(self._clock())
 
-    def close(self) -> None:
-        """Write out what is queued, then close the backend (the store owns it, as the Responses store does)."""
-        self._queue.put(None)
-        self._thread.join(timeout=5)
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Write out what is queued (a graceful stop keeps the turns it finished), then close the backend (the
+        store owns it, as the Responses store does). Idempotent."""
+        if not self._thread.is_alive():
+            return
+        self._queue.put(None)  # after everything queued: the writer flushes it all, then stops
+        self._thread.join(timeout=timeout_s)
+        if self._thread.is_alive():
+            logger.warning("kept turns: the database did not take the queued turns within %.0fs", timeout_s)
         self._backend.close()
 
     # -- the writer thread -------------------------------------------------------------------------------

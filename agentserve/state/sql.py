@@ -2,18 +2,23 @@
 
 Statements use `?` placeholders (the PostgreSQL dialect rewrites them). Every change is one transaction that
 the dialect serializes where it matters: SQLite takes the database write lock (BEGIN IMMEDIATE), PostgreSQL an
-advisory lock on the named resource (a key's bucket or lease scope, or the store while it evicts).
+advisory lock on the named resource (a key's bucket or lease scope, or the store while it evicts). Reads
+(`_read`) take no write lock: under SQLite's WAL they run beside a writer instead of queueing behind it (and
+failing with "database is locked" once the busy timeout is spent).
 
 Recency for LRU eviction is a logical counter (`used`), not a time: many entries can share one clock reading.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, Sequence
 
 from agentserve.state.backend import LeaseGrant, StoreBounds, TokenGrant
+
+logger = logging.getLogger("ray.serve")
 
 RESPONSES = "agentserve_responses"
 LEASES = "agentserve_leases"
@@ -36,6 +41,7 @@ def schema(blob: str, real: str, integer: str) -> list[str]:
         f" size {integer} NOT NULL, used {integer} NOT NULL, expires_at {real} NOT NULL)",
         f"CREATE INDEX IF NOT EXISTS {RESPONSES}_used ON {RESPONSES} (used)",
         f"CREATE INDEX IF NOT EXISTS {RESPONSES}_expires ON {RESPONSES} (expires_at)",
+        f"CREATE INDEX IF NOT EXISTS {RESPONSES}_owner ON {RESPONSES} (owner, used)",
         f"CREATE TABLE IF NOT EXISTS {LEASES} (id TEXT PRIMARY KEY, scope TEXT NOT NULL, expires_at {real} NOT NULL)",
         f"CREATE INDEX IF NOT EXISTS {LEASES}_scope ON {LEASES} (scope, expires_at)",
         f"CREATE INDEX IF NOT EXISTS {LEASES}_expires ON {LEASES} (expires_at)",
@@ -55,10 +61,15 @@ class SqlBackend(ABC):
     def _tx(self, lock: str | None = None) -> AbstractContextManager[Tx]:
         """A transaction, committed on normal exit; `lock` names what it must hold exclusively."""
 
+    def _read(self) -> AbstractContextManager[Tx]:
+        """Where SELECTs run: a snapshot that takes no write lock (a dialect whose `_tx` does not lock says so)."""
+        return self._tx()
+
     # -- Responses store ---------------------------------------------------------------------------------
     def put_response(self, response_id: str, owner: str, body: bytes, now: float, bounds: StoreBounds) -> bool:
         size = len(body)
-        if size > bounds.max_bytes:
+        own_bytes = min(bounds.max_bytes, bounds.max_bytes_per_owner or bounds.max_bytes)
+        if size > own_bytes:
             return False
         with self._tx("responses") as tx:
             tx.execute(f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
@@ -69,25 +80,57 @@ class SqlBackend(ABC):
                 " size = excluded.size, used = excluded.used, expires_at = excluded.expires_at",
                 (response_id, owner, body, size, now + bounds.ttl_s),
             )
-            count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {RESPONSES}").fetchone()
-            if count > bounds.max_entries or total > bounds.max_bytes:
-                # Keep the most recently used entries that fit both caps; the new one is the most recent.
+            if bounds.max_entries_per_owner is not None or bounds.max_bytes_per_owner is not None:
+                # The owner's own quota: its most recently used entries that fit (the new one is the most recent).
                 tx.execute(
                     f"DELETE FROM {RESPONSES} WHERE id IN (SELECT id FROM (SELECT id,"
                     " COUNT(*) OVER (ORDER BY used DESC) AS n, SUM(size) OVER (ORDER BY used DESC) AS b"
-                    f" FROM {RESPONSES}) AS ranked WHERE n > ? OR b > ?)",
-                    (bounds.max_entries, bounds.max_bytes),
+                    f" FROM {RESPONSES} WHERE owner = ?) AS ranked WHERE n > ? OR b > ?)",
+                    (owner, bounds.max_entries_per_owner or bounds.max_entries, own_bytes),
                 )
+            self._evict_heaviest_owners(tx, response_id, bounds)
         return True
 
-    def get_response(self, response_id: str, owner: str, now: float, ttl_s: float) -> bytes | None:
-        with self._tx() as tx:
+    def _evict_heaviest_owners(self, tx: Tx, keep: str, bounds: StoreBounds) -> None:
+        """Past the store's caps, the owner holding the most bytes loses its least recently used entries first
+        (never `keep`, the entry just stored), so one key's traffic evicts its own entries before anyone else's."""
+        while True:
+            count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {RESPONSES}").fetchone()
+            over_n, over_b = int(count) - bounds.max_entries, int(total) - bounds.max_bytes
+            if over_n <= 0 and over_b <= 0:
+                return
             row = tx.execute(
-                f"UPDATE {RESPONSES} SET used = (SELECT MAX(used) + 1 FROM {RESPONSES}), expires_at = ?"
-                " WHERE id = ? AND owner = ? AND expires_at > ? RETURNING body",
-                (now + ttl_s, response_id, owner, now),
+                f"SELECT owner FROM {RESPONSES} WHERE id <> ? GROUP BY owner"
+                " ORDER BY SUM(size) DESC, COUNT(*) DESC, owner LIMIT 1",
+                (keep,),
             ).fetchone()
-        return None if row is None else bytes(row[0])
+            if row is None:
+                return
+            # Its oldest entries, until what goes covers what is over (a row goes while the rows before it do not).
+            tx.execute(
+                f"DELETE FROM {RESPONSES} WHERE id IN (SELECT id FROM (SELECT id,"
+                " COUNT(*) OVER (ORDER BY used ASC) - 1 AS n_before, SUM(size) OVER (ORDER BY used ASC) - size AS b_before"
+                f" FROM {RESPONSES} WHERE owner = ? AND id <> ?) AS ranked WHERE n_before < ? OR b_before < ?)",
+                (row[0], keep, max(over_n, 0), max(over_b, 0)),
+            )
+
+    def get_response(self, response_id: str, owner: str, now: float, ttl_s: float) -> bytes | None:
+        with self._read() as tx:
+            row = tx.execute(
+                f"SELECT body FROM {RESPONSES} WHERE id = ? AND owner = ? AND expires_at > ?", (response_id, owner, now)
+            ).fetchone()
+        if row is None:
+            return None
+        try:  # recency and lifetime: worth a write, not worth failing the read over
+            with self._tx() as tx:
+                tx.execute(
+                    f"UPDATE {RESPONSES} SET used = (SELECT MAX(used) + 1 FROM {RESPONSES}), expires_at = ?"
+                    " WHERE id = ? AND owner = ?",
+                    (now + ttl_s, response_id, owner),
+                )
+        except Exception:  # noqa: BLE001 - e.g. "database is locked": the entry was read all the same
+            logger.warning("responses: could not refresh the recency of a stored response", exc_info=True)
+        return bytes(row[0])
 
     def delete_response(self, response_id: str, owner: str, now: float) -> bool:
         with self._tx() as tx:
@@ -97,7 +140,7 @@ class SqlBackend(ABC):
             return cur.rowcount > 0
 
     def response_stats(self, now: float) -> tuple[int, int]:
-        with self._tx() as tx:
+        with self._read() as tx:
             count, total = tx.execute(
                 f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {RESPONSES} WHERE expires_at > ?", (now,)
             ).fetchone()
@@ -132,7 +175,7 @@ class SqlBackend(ABC):
         if not keys:
             return {}
         marks = ", ".join("?" for _ in keys)
-        with self._tx() as tx:
+        with self._read() as tx:
             rows = tx.execute(
                 f"SELECT key, body FROM {KEPT} WHERE key IN ({marks}) AND expires_at > ?", (*keys, now)
             ).fetchall()
@@ -149,7 +192,7 @@ class SqlBackend(ABC):
             )
 
     def kept_turn_stats(self, now: float) -> tuple[int, int]:
-        with self._tx() as tx:
+        with self._read() as tx:
             count, total = tx.execute(
                 f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {KEPT} WHERE expires_at > ?", (now,)
             ).fetchone()
@@ -176,7 +219,7 @@ class SqlBackend(ABC):
             tx.execute(f"DELETE FROM {LEASES} WHERE id = ?", (lease_id,))
 
     def count_leases(self, scope: str, now: float) -> int:
-        with self._tx() as tx:
+        with self._read() as tx:
             (n,) = tx.execute(
                 f"SELECT COUNT(*) FROM {LEASES} WHERE scope = ? AND expires_at > ?", (scope, now)
             ).fetchone()

@@ -2,8 +2,8 @@
 
 One connection per backend object, guarded by a lock (Ray calls sync methods from a thread pool). Several
 processes of one node (every ingress and preprocessor replica) share the file: WAL mode lets readers run
-beside the writer, BEGIN IMMEDIATE serializes writers through SQLite's own file lock, and busy_timeout makes
-a writer wait for its turn instead of failing.
+beside the writer (reads run as autocommit SELECTs, never in a write transaction), BEGIN IMMEDIATE serializes
+writers through SQLite's own file lock, and busy_timeout makes a writer wait for its turn instead of failing.
 """
 
 from __future__ import annotations
@@ -53,6 +53,12 @@ class SQLiteBackend(SqlBackend):
         # One writer at a time across processes already: `lock` needs nothing more here.
         with self._lock, self._tx_locked() as tx:
             yield tx
+
+    @contextmanager
+    def _read(self) -> Iterator[Tx]:
+        # Autocommit: each SELECT reads one WAL snapshot and takes no write lock (BEGIN IMMEDIATE would).
+        with self._lock:
+            yield self._conn
 
     def close(self) -> None:
         with self._lock:

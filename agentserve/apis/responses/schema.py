@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
 class _Open(BaseModel):
@@ -229,6 +229,24 @@ class TextConfig(_Open):
     verbosity: str | None = None
 
 
+METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
+
+
+def bounded_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+    """`metadata` as OpenAI bounds it (16 pairs, keys up to 64 characters, values up to 512): it is echoed in every
+    reply and stored with the response, so an unbounded one would let one key fill the store."""
+    if value is None:
+        return None
+    if len(value) > METADATA_MAX_PAIRS:
+        raise ValueError(f"metadata holds at most {METADATA_MAX_PAIRS} key-value pairs; got {len(value)}")
+    for k, v in value.items():
+        if len(k) > METADATA_MAX_KEY:
+            raise ValueError(f"metadata keys are at most {METADATA_MAX_KEY} characters; '{k[:20]}...' has {len(k)}")
+        if len(v) > METADATA_MAX_VALUE:
+            raise ValueError(f"metadata values are at most {METADATA_MAX_VALUE} characters; '{k}' has {len(v)}")
+    return value
+
+
 class ResponsesRequest(_Open):
     model: str
     input: str | list[InputItem] = Field(default_factory=list)
@@ -247,7 +265,7 @@ class ResponsesRequest(_Open):
     stream_options: dict[str, Any] | None = None
     previous_response_id: str | None = None
     prompt_cache_key: str | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Annotated[dict[str, str] | None, AfterValidator(bounded_metadata)] = None
     service_tier: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)

@@ -1,7 +1,8 @@
 """The store behind `store: true`, `previous_response_id` and GET/DELETE /v1/responses/{id}.
 
 Entries are scoped to an owner (a hash of the caller's API key): another key sees a 404, as if the response did
-not exist. It keeps the Responses shapes; the bytes live in a state backend (agentserve/state: a SQLite file by
+not exist. Each owner has a quota, and a full store evicts from the owner holding the most first
+(state/sql.py), so one key cannot push out another's `previous_response_id` chains. It keeps the Responses shapes; the bytes live in a state backend (agentserve/state: a SQLite file by
 default, PostgreSQL in clusters), which enforces the entry, byte and TTL caps, so stored responses and
 `previous_response_id` chains survive restarts and redeploys. Each Ingress replica opens one over the configured
 backend. Calls block on the database: run them off the event loop.
@@ -34,13 +35,18 @@ class ResponseStore:
         ttl_s: float,
         clock: Callable[[], float] = time.time,  # wall clock: entries outlive this process
         backend: StateBackend | None = None,  # None: an in-memory SQLite database (this process only)
+        max_entries_per_owner: int | None = None,  # one owner's quota (None: the store's caps)
+        max_bytes_per_owner: int | None = None,
     ) -> None:
         if backend is None:
             from agentserve.state.sqlite import SQLiteBackend
 
             backend = SQLiteBackend(":memory:")
         self._backend = backend
-        self._bounds = StoreBounds(max_entries=max_entries, max_bytes=max_bytes, ttl_s=ttl_s)
+        self._bounds = StoreBounds(
+            max_entries=max_entries, max_bytes=max_bytes, ttl_s=ttl_s,
+            max_entries_per_owner=max_entries_per_owner, max_bytes_per_owner=max_bytes_per_owner,
+        )
         self._clock = clock
 
     def __len__(self) -> int:

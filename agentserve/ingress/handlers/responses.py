@@ -14,6 +14,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 
+from agentserve import metrics
 from agentserve.apis import responses
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
@@ -91,6 +92,7 @@ class ResponseReply:
     def __init__(self, handler: "ResponsesHandler", prep: PreparedResponse) -> None:
         self._handler = handler
         self._prep = prep
+        self._body: dict[str, Any] | None = None  # the non-streamed reply, once made
 
     def admission_failed(self, err: RequestError) -> Response | None:
         if self._prep.body.stream and err.code == "context_length_exceeded":
@@ -108,13 +110,16 @@ class ResponseReply:
 
     async def before_end(self) -> None:  # a follow-up naming this response may come the moment it ends
         if self._prep.body.store is not False and self._prep.encoder.status != "failed":
-            await self._handler.save(self._prep)
+            if not await self._handler.save(self._prep) and self._body is not None:
+                # Generated and answered all the same; the reply says it is not stored, as `store` means in the API.
+                self._body["store"] = False
 
     def body(self, events: list[Any]) -> dict[str, Any]:
         encoder = self._prep.encoder
         result = encoder.response(events)
         if encoder.status == "failed":
             raise RequestError("overloaded", (encoder.error or {}).get("message", "engine error"), retry_after=1.0)
+        self._body = result
         return result
 
 
@@ -221,10 +226,21 @@ class ResponsesHandler:
         )
         return JSONResponse({"object": "response.input_tokens", "input_tokens": len(tokens)})
 
-    async def save(self, prep: PreparedResponse) -> None:
+    async def save(self, prep: PreparedResponse) -> bool:
+        """Store the response; False when it could not be (too large, or the database failed). Never raises: the
+        turn was generated and is answered either way; a streamed reply's client learns it only from a later
+        `previous_response_id` naming it (404), so the failure is logged with the id and counted."""
         entry = StoredResponse(owner=prep.owner, response=prep.encoder.response_body(), history=prep.history())
-        if not await asyncio.to_thread(self._store.put, prep.encoder.id, entry):
-            logger.warning("response %s is larger than the whole store; not stored", prep.encoder.id)
+        try:
+            stored = await asyncio.to_thread(self._store.put, prep.encoder.id, entry)
+        except Exception:  # noqa: BLE001 - the database is down or refused the write
+            logger.warning("response %s was answered but could not be stored", prep.encoder.id, exc_info=True)
+            metrics.RESPONSES_NOT_STORED.labels("failed").inc()
+            return False
+        if not stored:
+            logger.warning("response %s is larger than the store allows; not stored", prep.encoder.id)
+            metrics.RESPONSES_NOT_STORED.labels("too_large").inc()
+        return stored
 
     async def retrieve(self, request: Request, response_id: str) -> Response:
         entry = await asyncio.to_thread(self._store.get, response_id, caller_scope())

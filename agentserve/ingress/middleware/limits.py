@@ -153,6 +153,7 @@ class KeyLimiter:
         self._live: set[str] = set()  # leases of requests still running in this process: renewed
         self._renewer: asyncio.Task | None = None
         self._last_prune = 0.0
+        self.unavailable = 0  # requests admitted unlimited because the database failed
 
     def active(self) -> bool:
         """Whether any per-key limit is configured (if not, the middleware does nothing at all)."""
@@ -178,11 +179,28 @@ class KeyLimiter:
             return self._backend
 
     def acquire(self, identity: str) -> Held | None:
-        """Take a slot for one request (None: no limits configured); raises RequestError('rate_limit')."""
+        """Take a slot for one request (None: no limits configured, or the database cannot say); raises
+        RequestError('rate_limit'). Fails open: limits protect capacity, and a database outage must not turn every
+        request into a 500 (a warning says the limits are not enforced meanwhile)."""
+        spec = self._limits.spec
+        if spec.requests_per_minute_per_key is None and spec.max_concurrent_per_key is None:
+            return None
+        try:
+            return self._acquire(identity)
+        except RequestError:
+            raise
+        except Exception:  # noqa: BLE001 - the state database is unreachable or refused
+            self.unavailable += 1
+            if self.unavailable & (self.unavailable - 1) == 0:  # the 1st, 2nd, 4th ... time: no log flood
+                logger.warning(
+                    "per-key limits: the state database failed (%d times so far); admitting without limits",
+                    self.unavailable, exc_info=True,
+                )
+            return None
+
+    def _acquire(self, identity: str) -> Held:
         spec = self._limits.spec
         rpm, cap = spec.requests_per_minute_per_key, spec.max_concurrent_per_key
-        if rpm is None and cap is None:
-            return None
         db = self.backend()
         now = self._clock()
         rate = (rpm or 0.0) / 60.0

@@ -31,6 +31,10 @@ class KeptTurnWriter:
         )
         return self._committed(done, ended.model)
 
+    def close(self) -> None:
+        """The replica stops: the turns still queued go to the database before it does (a blocking wait)."""
+        self._store.close()
+
     async def _committed(self, done, model: str) -> None:
         try:
             wait = self._wait

@@ -78,7 +78,8 @@ class Ingress:
         # deployment of its own: one process less at rest and one hop less on a `previous_response_id` turn.
         spec = config.response_store
         store = ResponseStore(
-            max_entries=spec.max_entries, max_bytes=spec.max_bytes, ttl_s=spec.ttl_s, backend=open_backend(config.state)
+            max_entries=spec.max_entries, max_bytes=spec.max_bytes, ttl_s=spec.ttl_s, backend=open_backend(config.state),
+            max_entries_per_owner=spec.max_entries_per_owner, max_bytes_per_owner=spec.max_bytes_per_owner,
         )
         self._parts = IngressParts(ctx=self._ctx, store=store)
 
