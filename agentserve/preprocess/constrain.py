@@ -9,8 +9,10 @@ as free ones; a format with no entry in CALL_FORMATS cannot be constrained, and 
 
 from __future__ import annotations
 
-import functools
+import collections
+import hashlib
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -127,16 +129,37 @@ def structural_tag(
     return json.dumps(tag, ensure_ascii=False)
 
 
-@functools.lru_cache(maxsize=512)
+_REFUSALS: "collections.OrderedDict[bytes, str | None]" = collections.OrderedDict()
+_REFUSALS_LOCK = threading.Lock()
+_REFUSALS_MAX_BYTES = 1 << 20  # what the memo may hold: entries are a digest and a reason, never the tag itself
+_refusals_bytes = 0
+
+
 def _refusal(tag: str) -> str | None:
-    """Why xgrammar cannot build this tag's grammar (None: it can); an agent resends the same tools every turn."""
+    """Why xgrammar cannot build this tag's grammar (None: it can); an agent resends the same tools every turn, so
+    the answer is remembered, under the tag's digest and bounded in bytes (tags are as large as the tools, MiBs
+    each: a count bound held 512 of them)."""
     import xgrammar as xgr
 
+    key = hashlib.blake2b(tag.encode(), digest_size=16).digest()
+    with _REFUSALS_LOCK:
+        if key in _REFUSALS:
+            _REFUSALS.move_to_end(key)
+            return _REFUSALS[key]
     try:
         xgr.Grammar.from_structural_tag(tag)
+        reason = None
     except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError with the reason
-        return str(exc)
-    return None
+        reason = str(exc)[:4096]
+    global _refusals_bytes
+    cost = lambda r: 128 + len(r or "")  # noqa: E731 - the node, the digest, the string
+    with _REFUSALS_LOCK:
+        if key not in _REFUSALS:
+            _REFUSALS[key] = reason
+            _refusals_bytes += cost(reason)
+        while _refusals_bytes > _REFUSALS_MAX_BYTES:
+            _refusals_bytes -= cost(_REFUSALS.popitem(last=False)[1])
+    return reason
 
 
 def check(tag: str, conversation: Conversation, output_format: OutputFormat | None) -> None:
