@@ -83,6 +83,20 @@ def engine_args(
     return kwargs
 
 
+_SECRET_WORDS = ("token", "secret", "password", "key", "credential", "auth")
+
+
+def redacted(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Engine args fit for a log line: values of fields that name a secret (`hf_token`, an api key) are hidden."""
+    return {
+        k: "<redacted>" if v and any(w in k.lower() for w in _SECRET_WORDS) and k not in _NOT_SECRET else v
+        for k, v in kwargs.items()
+    }
+
+
+_NOT_SECRET = frozenset({"max_num_batched_tokens", "tokenizer", "tokenizer_mode", "skip_tokenizer_init"})
+
+
 def _ray_stat_loggers() -> list[Any] | None:
     """Inside Ray, vLLM's own metrics (scheduler queue time, prefix-cache queries/hits, KV usage) go through
     Ray's metrics agent as `ray_vllm_*`, beside agentserve's; vLLM's default Prometheus logger would only fill
@@ -138,7 +152,7 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        logger.info("starting vLLM AsyncLLM with %s", self._kwargs)
+        logger.info("starting vLLM AsyncLLM with %s", redacted(self._kwargs))
         kwargs = dict(self._kwargs)
         if isinstance(kwargs.get("kv_events_config"), dict):
             from vllm.config.kv_events import KVEventsConfig

@@ -64,6 +64,13 @@ def session_key(request: GenerationRequest) -> str:
     return ""
 
 
+def _caller_session(scope: str, session: str) -> str:
+    """A session key the router can hold without mixing callers: the caller's identity and its session, digested."""
+    if not session:
+        return ""
+    return hashlib.blake2b(f"{scope}\x00{session}".encode(), digest_size=16).hexdigest()
+
+
 def _message_digests(messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any]) -> list[bytes]:
     """digests[n] names the first n messages rendered with these tools and template switches."""
     h = hashlib.blake2b(json.dumps([tools, kwargs], sort_keys=True, default=str).encode(), digest_size=16).digest()
@@ -278,7 +285,8 @@ class Preprocessor:
             prompt_tokens=n,
             max_tokens=max_tokens,
             hints=request.hints,
-            session_key=session,
+            # The router's affinity is per caller too: another key naming this session id cannot steer it.
+            session_key=_caller_session(scope, session),
         )
         report = PromptReport(
             requested_max_tokens=requested if clamped else None,

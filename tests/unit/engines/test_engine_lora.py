@@ -40,3 +40,11 @@ def test_make_engine_gives_each_model_its_own_adapters(model_path):
     base, other = args.resolve_catalog().models
     assert [a.id for a in make_engine(base.engine, base, model_path).adapters()] == ["pirate", "poet"]
     assert make_engine(other.engine, other, model_path).adapters() == ()
+
+
+def test_engine_args_are_logged_without_secrets():
+    """`engine_kwargs` may carry an `hf_token` (or any key): the start-up log line shows the rest, not those."""
+    from agentserve.engines.vllm import redacted
+
+    shown = redacted({"hf_token": "hf_abc123", "model": "/m", "max_num_batched_tokens": 8192, "api_key": "sk-1"})
+    assert shown == {"hf_token": "<redacted>", "model": "/m", "max_num_batched_tokens": 8192, "api_key": "<redacted>"}

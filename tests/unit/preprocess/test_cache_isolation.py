@@ -33,3 +33,12 @@ def test_per_key_salts_the_engine_and_the_router_hashes_the_same_way(pres):
 def test_shared_cache_isolation_keeps_one_partition(pres):
     a, b = (pres["shared"].preprocess(_req(), scope) for scope in ("key-a", "key-b"))
     assert a.engine.cache_salt is None and a.route.block_hashes == b.route.block_hashes
+
+
+def test_router_affinity_is_scoped_by_caller(pres):
+    """Two keys naming the same session id (a guessable one) are two sessions to the router: one cannot pull the
+    other's session to a replica of its choosing."""
+    req = _req().model_copy(update={"hints": _req().hints.model_copy(update={"session_id": "session-1"})})
+    a, a2, b = (pres["per_key"].preprocess(req, scope) for scope in ("key-a", "key-a", "key-b"))
+    assert a.route.session_key == a2.route.session_key != b.route.session_key
+    assert "session-1" not in a.route.session_key
