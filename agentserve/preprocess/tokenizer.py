@@ -41,7 +41,16 @@ class TokenizerClass:
     name: str
 
     def load(self) -> type:
-        return getattr(importlib.import_module(self.module), self.name)
+        """The class, imported only from `transformers` (the cache file is data anyone with write access to the
+        cache directory could edit: it must not name a module to import). ImportError: not one of those."""
+        if self.module != "transformers" and not self.module.startswith("transformers."):
+            raise ImportError(f"a remembered tokenizer class must come from transformers, not {self.module!r}")
+        cls = getattr(importlib.import_module(self.module), self.name)
+        from transformers import PreTrainedTokenizerBase
+
+        if not (isinstance(cls, type) and issubclass(cls, PreTrainedTokenizerBase)):
+            raise ImportError(f"{self.module}.{self.name} is not a tokenizer class")
+        return cls
 
 
 def _rememberable(model_path: Path) -> bool:

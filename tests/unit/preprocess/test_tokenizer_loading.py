@@ -183,3 +183,21 @@ def test_only_local_checkpoints_are_remembered_and_each_path_apart(model_path, t
     remember_tokenizer_class(a, cache)
     remember_tokenizer_class(b, cache)
     assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_an_edited_entry_never_imports_a_module_outside_transformers(model_path, tmp_path, monkeypatch):
+    """An attacker who can write the class cache names a module of theirs (its import runs their code) or a
+    callable outside transformers: nothing is imported from outside transformers; the tokenizer is decided again."""
+    cache = tmp_path / "classes"
+    remember_tokenizer_class(model_path, cache)
+    (entry,) = cache.glob("*.json")
+    (tmp_path / "planted.py").write_text("import os\nos.environ['AGENTSERVE_PLANTED_RAN'] = '1'\nclass X: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("AGENTSERVE_PLANTED_RAN", raising=False)
+    for module, name in (("planted", "X"), ("transformers", "pipeline"), ("os", "system")):
+        entry.write_text(json.dumps({"module": module, "name": name}))
+        tok = load_tokenizer_uncached(model_path, cache)
+        assert type(tok).__module__.startswith("transformers")
+    import os
+
+    assert "AGENTSERVE_PLANTED_RAN" not in os.environ and "planted" not in sys.modules
