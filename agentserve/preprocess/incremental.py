@@ -29,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from agentserve.kv_events.block_hash import chain_digests
+from agentserve.kv_events.block_hash import chain_digests, digest_value
 from agentserve.state.kept_turns import KeptTurn, token_digest
 
 # Block digests of a prompt, 8 bytes each, concatenated (kv_events/block_hash.py's chain).
@@ -38,27 +38,24 @@ _BLOCK = 8
 
 @dataclass(frozen=True, slots=True)
 class KnownPrompt:
-    """A prompt this replica made: its ids and the chain digests of its full blocks."""
+    """A prompt this replica made: its ids, and the chain digests of its full blocks and their hash values."""
 
     ids: array  # array("I")
-    blocks: bytes
+    blocks: bytes = b""
+    hashes: tuple[int, ...] = ()  # block_hash.digest_value of each digest: what RouteRequest carries
 
     @property
     def nbytes(self) -> int:
-        return len(self.ids) * self.ids.itemsize + len(self.blocks)
-
-    def block_digests(self) -> list[bytes]:
-        b = self.blocks
-        return [b[i : i + _BLOCK] for i in range(0, len(b), _BLOCK)]
+        return len(self.ids) * self.ids.itemsize + len(self.blocks) + 40 * len(self.hashes)
 
 
-def extend_blocks(known: bytes, ids: Sequence[int], block_size: int, root: bytes) -> bytes:
-    """Chain digests of `ids`' full blocks, reusing `known` (the digests of a prefix of `ids`)."""
-    done = len(known) // _BLOCK
-    parent = known[-_BLOCK:] if done else root
+def extend_blocks(known: KnownPrompt, ids: Sequence[int], block_size: int, root: bytes) -> tuple[bytes, tuple[int, ...]]:
+    """Chain digests and hash values of `ids`' full blocks, reusing `known`'s (a prefix of `ids`)."""
+    done = len(known.blocks) // _BLOCK
+    parent = known.blocks[-_BLOCK:] if done else root
     start = done * block_size
     rest = chain_digests(list(ids[start:]), block_size, parent)
-    return known + b"".join(rest)
+    return known.blocks + b"".join(rest), known.hashes + tuple(digest_value(d) for d in rest)
 
 
 class PromptMemo:

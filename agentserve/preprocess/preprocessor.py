@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentserve.config import ModelSpec
-from agentserve.kv_events.block_hash import digest_value, root
+from agentserve.kv_events.block_hash import root
 from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
 from agentserve.preprocess.constrain import check as check_constraint
 from agentserve.preprocess.incremental import (
@@ -54,7 +54,7 @@ class RenderedPrompt:
     # prompt is not stored as a link, e.g. a long prompt in which nothing was spliced).
     base: str = ""
     tail_from: int | None = None
-    blocks: bytes = b""  # chain digests of its full blocks (incremental.KnownPrompt), when already computed
+    known: KnownPrompt | None = None  # the prompt it extends (its block hashes are not computed again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +277,7 @@ class Preprocessor:
             ids = rebuild(last, self._kept.get_many(list(replay.slots.values())))
             if ids is None:
                 return None
-            known = KnownPrompt(ids, b"")
+            known = KnownPrompt(ids)
         msgs, at = window(plan.messages, start)
         msgs, tools_shielded, shield = self._literals.shield(msgs, tools)
         tail = window_tail(
@@ -301,7 +301,7 @@ class Preprocessor:
         spliced = Spliced(ids.tolist(), Counter({"spliced": 1, "extended": 1}), last_rerendered=False, used=[key])
         return RenderedPrompt(
             self._literals.restore(tail, shield), spliced.token_ids, plan.reordered_turns, spliced,
-            base=key, tail_from=prefix, blocks=known.blocks,
+            base=key, tail_from=prefix, known=known,
         )
 
     def replay_keys(self, request: GenerationRequest, scope: str, adapter: str | None = None) -> ReplayKeys:
@@ -403,11 +403,12 @@ class Preprocessor:
     def _block_hashes(self, prompt: RenderedPrompt, adapter: str | None) -> list[int]:
         """The prompt's block hashes, the blocks of the prompt it extends not hashed again; the prompt is remembered
         for the session's next turn (incremental.PromptMemo) when it may be extended."""
-        blocks = extend_blocks(prompt.blocks, prompt.token_ids, self._block_size, root(adapter))
+        known = prompt.known or KnownPrompt(array("I"))
+        blocks, hashes = extend_blocks(known, prompt.token_ids, self._block_size, root(adapter))
         if self._incremental and self._kept is not None and prompt.tail_from is not None:
             ids = array("I", prompt.token_ids)
-            self._prompts.put(token_digest(ids), adapter, KnownPrompt(ids, blocks))
-        return [digest_value(blocks[i : i + 8]) for i in range(0, len(blocks), 8)]
+            self._prompts.put(token_digest(ids), adapter, KnownPrompt(ids, blocks, hashes))
+        return list(hashes)
 
     def _with_thinking_budget(self, request: GenerationRequest, thinking: bool | None) -> SamplingParams:
         """The engine's thinking budget: the client's, else the model's for the effort asked; 0 with thinking off

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentserve.kv_events.block_hash import block_hashes
 from agentserve.preprocess.incremental import PromptMemo
 from agentserve.preprocess.turn_digest import key_after
 
@@ -60,6 +61,8 @@ def drive(pre, fam, api: str, steps: list[str]) -> int:
             warm = pre.preprocess(request, SCOPE)
             assert warm.engine.token_ids == full.engine.token_ids, f"turn {step}: warm differs from the full path"
             assert cold.engine.token_ids == full.engine.token_ids, f"turn {step}: cold differs from the full path"
+            hashes = block_hashes(full.engine.token_ids, 16)  # the router's key: the engine's blocks as hashed afresh
+            assert warm.route.block_hashes == hashes and cold.route.block_hashes == hashes
             extended += dict(warm.report.replay_outcomes).get("extended", 0)
             if step == len(steps):
                 break
