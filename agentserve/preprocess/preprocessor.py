@@ -41,7 +41,7 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
-from agentserve.state.kept_turns import KeptTurn, KeptTurnStore, token_digest
+from agentserve.state.kept_turns import KeptTurnStore, token_digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +134,11 @@ class Preprocessor:
         self._literals = LiteralGuard(self._tok)  # special-token text in user content stays text
         # Where this template takes later system messages and text beside tool results (probed once per template).
         self._placement = placement_for(self._tok.chat_template or "", self._policy.family, self._probe_text)
+        # What else decides a rendering: a kept prompt made under another template or setting is not this one's.
+        self._render_id = "\x00" + hashlib.blake2b(
+            repr((self._tok.chat_template or "", self._policy.family, sort_tools, self._placement)).encode(),
+            digest_size=8,
+        ).hexdigest()
         added = getattr(self._tok, "added_tokens_decoder", {}) or {}
         self._end_tokens = {i: t.content for i, t in added.items()}  # a kept turn ends with one of these
 
@@ -296,7 +301,7 @@ class Preprocessor:
         ids = array("I", known.ids)
         ids.extend(last.output_ids)
         ids.extend(self._literals.encode(tail, shield))
-        self._kept.touch([key])
+        self._kept.touch(list(replay.slots.values()))  # the whole chain stays, for a replica that rebuilds it
         # "extended": the earlier turns are as the kept prompt has them; the last one is spliced.
         spliced = Spliced(ids.tolist(), Counter({"spliced": 1, "extended": 1}), last_rerendered=False, used=[key])
         return RenderedPrompt(
@@ -309,7 +314,7 @@ class Preprocessor:
         LoRA adapter's turns are kept apart from the base model's (its tokens are its own)."""
         conv = request.conversation
         served = self._model.id if adapter is None else f"{self._model.id}\x00lora\x00{adapter}"
-        header = header_digest(scope, served, conv, request.template_kwargs, request.thinking)
+        header = header_digest(scope + self._render_id, served, conv, request.template_kwargs, request.thinking)
         digests = chain(header, conv.turns)
         slots = {
             i: kept_key(digests[i])
