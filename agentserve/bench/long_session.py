@@ -1,6 +1,6 @@
 """Benchmark: the serving path's cost of a long agent session's next turn, by the session's length (issue 28).
 
-    agentserve bench long-session --turns 10,50,100,200,300 --samples 10 [--cold-samples 3]
+    agentserve bench long-session --turns 10,50,100,200,300 --samples 10 [--cold-samples 5] [--result-tokens 600]
 
 The session is Claude Code-shaped (agentserve/bench/claude_code_shape.py: a ~12K-token system prompt, 20 tools,
 then turns of thinking, text and one tool_use, each answered by a ~600-token tool_result). It runs through the real
