@@ -209,7 +209,9 @@ class KeptTurnsSpec(_Strict):
     enabled: keep and splice (off: every turn is re-rendered; the doctor names `output_rerendered`). Bounds as
     the Responses store's: past max_entries or max_bytes the least recently used go first, unused for ttl_s
     they expire. commit_wait_s: how long the end of a stream may wait for its turn's batch to be committed, so
-    a follow-up sent the moment the stream ends finds it (the tokens themselves never wait).
+    a follow-up sent the moment the stream ends finds it (the tokens themselves never wait). prompt_memo_bytes:
+    the prompts each Preprocessor replica made, kept so a session's next turn extends its prompt without reading it
+    back (preprocess/incremental.py).
     """
 
     enabled: bool = True
@@ -217,6 +219,7 @@ class KeptTurnsSpec(_Strict):
     max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
     ttl_s: float = Field(default=24 * 3600.0, gt=0)
     commit_wait_s: float = Field(default=0.25, ge=0)
+    prompt_memo_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
 
 
 class StateSpec(_Strict):

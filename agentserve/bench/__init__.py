@@ -50,6 +50,8 @@ _ALL = (
     Benchmark("token-exact-replay", "token_exact_replay", "kept turns on vs off: the previous output as generated",
               "graph (vLLM) x2"),
     Benchmark("splice-cost", "splice_cost", "what splicing kept turns costs the preprocessor", "nothing"),
+    Benchmark("long-session", "long_session", "a long Claude Code-shaped session's next turn, 10-300 turns, warm/cold",
+              "graph (scripted)"),
     Benchmark("router", "router_sim", "simulated multi-turn agent sessions over 4-64 replicas", "nothing"),
     Benchmark("router-vllm", "router_vllm", "kv routing vs round-robin on 2 real vLLM replicas", "graph (vLLM x2)"),
     Benchmark("normalize", "normalize", "tool-order normalization and prefix reuse", "nothing"),

@@ -326,14 +326,14 @@ def _check(api: str, result: StreamResult, raise_on_error: bool) -> StreamResult
     return result
 
 
-async def stream(client: httpx.AsyncClient, api: str, path: str, body: dict[str, Any], *,
+async def stream(client: httpx.AsyncClient, api: str, path: str, body: dict[str, Any] | bytes, *,
                  headers: dict[str, str] | None = None, raise_on_error: bool = True,
                  raise_on_status: bool = True) -> StreamResult:
     """POST one streaming request and collect it (status other than 200: StreamError, or the result with only
-    `status` set when raise_on_status is false)."""
+    `status` set when raise_on_status is false). `body` as bytes: JSON already encoded, sent as it is."""
     col = StreamCollector(api)
     t0 = time.perf_counter()
-    async with client.stream("POST", path, json=body, headers=headers) as resp:
+    async with client.stream("POST", path, **_payload(body, headers)) as resp:
         col.result.status, col.result.headers = resp.status_code, dict(resp.headers)
         if resp.status_code != 200:
             text = (await resp.aread())[:300]
@@ -346,13 +346,21 @@ async def stream(client: httpx.AsyncClient, api: str, path: str, body: dict[str,
     return _check(api, col.close(time.perf_counter() - t0), raise_on_error)
 
 
-def stream_sync(client: httpx.Client, api: str, path: str, body: dict[str, Any], *,
+def _payload(body: dict[str, Any] | bytes, headers: dict[str, str] | None) -> dict[str, Any]:
+    """httpx arguments: a dict is JSON-encoded by httpx; bytes (JSON encoded beforehand, so a long body's encoding
+    is not timed as the server's) go as they are."""
+    if isinstance(body, bytes):
+        return {"content": body, "headers": {"content-type": "application/json", **(headers or {})}}
+    return {"json": body, "headers": headers}
+
+
+def stream_sync(client: httpx.Client, api: str, path: str, body: dict[str, Any] | bytes, *,
                 headers: dict[str, str] | None = None, raise_on_error: bool = True,
                 raise_on_status: bool = True) -> StreamResult:
     """`stream` with a synchronous httpx client."""
     col = StreamCollector(api)
     t0 = time.perf_counter()
-    with client.stream("POST", path, json=body, headers=headers) as resp:
+    with client.stream("POST", path, **_payload(body, headers)) as resp:
         col.result.status, col.result.headers = resp.status_code, dict(resp.headers)
         if resp.status_code != 200:
             text = resp.read()[:300]

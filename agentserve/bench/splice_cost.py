@@ -8,8 +8,10 @@ turn kept in an in-memory SQLite kept-turn store as the ingress would keep it. P
 conversation is timed in three conditions:
 
 * off: no kept turns (every turn re-rendered by the template: the cost before issue 17);
-* on, memo cold: kept turns, the span memo emptied before each sample (a replica that never saw the session:
-  renders the conversation before and through every turn);
+* full, warm: kept turns through the full path (the whole conversation rendered, every kept turn checked; the span
+  memo warm), the cost before issue 28;
+* on, memo cold: kept turns, every memo emptied before each sample (a replica that never saw the session: the
+  previous prompt rebuilt from the kept turns' links, preprocess/incremental.py);
 * on, memo warm: kept turns, the same Preprocessor (a session's next request on the replica that served it).
 
 p50 / p90 of the samples after one warm-up each; load average recorded. Writes docs/benchmarks/splice_cost.json and
@@ -54,15 +56,18 @@ def conversation(n: int, kept, pre) -> Any:
         turn = Turn(role="assistant", blocks=(
             ReasoningBlock(text=reasoning),
             ToolCallBlock(id=f"c{i}", name="run", arguments=json.dumps({"cmd": f"pytest -k case{i}"}))))
-        kept.put(key_after(p.report.replay_prefix, turn), p.engine.token_ids, ids).result()
+        kept.put(key_after(p.report.replay_prefix, turn), p.engine.token_ids, ids,
+                 base=p.report.replay_base, tail_from=p.report.replay_tail_from).result()
         turns += [turn, Turn(role="tool", blocks=(ToolResultBlock(tool_call_id=f"c{i}", content="1 failed " * 20),))]
     return GenerationRequest(request_id="r", model="m", conversation=Conversation(turns=tuple(turns), tools=tools))
 
 
 def cold(pre, req) -> None:
+    from agentserve.preprocess.incremental import PromptMemo
     from agentserve.preprocess.splice import SpanMemo
 
     pre._spans = SpanMemo()  # noqa: SLF001 - a replica that has not seen the session
+    pre._prompts = PromptMemo()  # noqa: SLF001
     pre.preprocess(req, "s")
 
 
@@ -81,7 +86,7 @@ def plot(result: dict[str, Any]) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ns = [r["turns"] for r in result["rows"]]
-    for cond, style in (("off", "s--"), ("on_cold", "^:"), ("on_warm", "o-")):
+    for cond, style in (("off", "s--"), ("full_warm", "d-."), ("on_cold", "^:"), ("on_warm", "o-")):
         ax.plot(ns, [1000 * r[cond]["p50_s"] for r in result["rows"]], style, label=cond.replace("_", ", memo "))
     ax.set_xlabel("assistant turns in the conversation")
     ax.set_ylabel("preprocess p50 (ms)")
@@ -114,9 +119,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         req = conversation(n, kept, warm)
         load = conditions.loadavg()
         off = Preprocessor(spec, path, 16)
+        full = Preprocessor(spec, path, 16, kept=kept, incremental=False)
         row: dict[str, Any] = {"turns": n, "loadavg_before": load}
         samples = {
             "off": timed(lambda: off.preprocess(req, "s"), args.samples),
+            "full_warm": timed(lambda: full.preprocess(req, "s"), args.samples),
             "on_cold": timed(lambda: cold(warm, req), args.samples),
             "on_warm": timed(lambda: warm.preprocess(req, "s"), args.samples),
         }
@@ -127,10 +134,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             row[cond] = {"p50_s": percentile(xs, 50), "p90_s": percentile(xs, 90), "samples_s": xs}
         row["loadavg_after"] = conditions.loadavg()
         rows.append(row)
-        print(f"{n:4d} turns {row['prompt_tokens']:6d} tokens  off p50 {1000 * row['off']['p50_s']:7.1f} ms  "
-              f"on cold {1000 * row['on_cold']['p50_s']:7.1f} ms  on warm {1000 * row['on_warm']['p50_s']:7.1f} ms  "
-              f"p90 {1000 * row['off']['p90_s']:.1f}/{1000 * row['on_cold']['p90_s']:.1f}/"
-              f"{1000 * row['on_warm']['p90_s']:.1f}  load {load[0]}  {row['outcomes']}", flush=True)
+        conds = ("off", "full_warm", "on_cold", "on_warm")
+        print(f"{n:4d} turns {row['prompt_tokens']:6d} tokens  p50 ms "
+              + "  ".join(f"{c} {1000 * row[c]['p50_s']:7.1f}" for c in conds)
+              + "  p90 " + "/".join(f"{1000 * row[c]['p90_s']:.1f}" for c in conds)
+              + f"  load {load[0]}  {row['outcomes']}", flush=True)
         kept.close()
     result = {"benchmark": "splice_cost", "command": results.command("splice-cost", argv),
               "cpus": os.cpu_count(), "rows": rows}

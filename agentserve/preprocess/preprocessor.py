@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from agentserve.config import ModelSpec
-from agentserve.kv_events.block_hash import block_hashes, cache_salt
+from agentserve.kv_events.block_hash import cache_salt, root
 from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
 from agentserve.preprocess.constrain import check as check_constraint
+from agentserve.preprocess.incremental import (
+    KnownPrompt, PromptMemo, WindowProbe, extend_blocks, new_roles, probe_roles, rebuild, window, window_tail,
+)
 from agentserve.preprocess.literal_text import LiteralGuard
 from agentserve.preprocess.normalize import sort_tools
 from agentserve.preprocess.placement import Placement, placement_for
@@ -32,17 +37,24 @@ from agentserve.protocol import (
     SamplingParams,
     TextBlock,
     ToolResultBlock,
+    ToolSpec,
+    Turn,
 )
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
-from agentserve.state.kept_turns import KeptTurnStore
+from agentserve.state.kept_turns import KeptTurnStore, token_digest
 
 
 @dataclass(frozen=True, slots=True)
 class RenderedPrompt:
-    text: str
+    text: str  # the rendered text; extended from a kept prompt: only what was rendered after it
     token_ids: list[int]
     reordered_turns: int = 0
     spliced: Spliced | None = None  # kept turns placed as generated (None: no splicing was tried)
+    # The kept turn this prompt continues and where its tail starts in token_ids (KeptTurn.base / tail; None: the
+    # prompt is not stored as a link, e.g. a long prompt in which nothing was spliced).
+    base: str = ""
+    tail_from: int | None = None
+    known: KnownPrompt | None = None  # the prompt it extends (its block hashes are not computed again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,8 @@ class Preprocessor:
         *,
         sort_tools: bool = False,
         kept: KeptTurnStore | None = None,  # kept turns to splice back (None: every turn is re-rendered)
+        incremental: bool = True,  # a session's next turn extends its kept prompt (preprocess/incremental.py)
+        memo_bytes: int = 256 << 20,  # the prompts this replica made, kept for that (bytes)
         clamp_max_tokens: bool = True,  # max_tokens past the window: cut to what is left (False: refuse)
         scripted: bool = False,  # the engine is the scripted test double: requests carry the text its rules match
         cache_isolation: str = "shared",  # "per_key": each caller's prompts get their own prefix-cache partition
@@ -109,6 +123,9 @@ class Preprocessor:
         self._clamp = clamp_max_tokens
         self._kept = kept
         self._spans = SpanMemo()  # where earlier turns sit in their renderings, so each is rendered once
+        self._incremental = incremental  # (with kept turns only)
+        self._prompts = PromptMemo(memo_bytes)
+        self._windows = WindowProbe(self._probe_window)
         self._sort_tools = sort_tools
         self._tok = load_tokenizer(model_path)
         self._block_size = block_size
@@ -126,6 +143,11 @@ class Preprocessor:
         self._literals = LiteralGuard(self._tok)  # special-token text in user content stays text
         # Where this template takes later system messages and text beside tool results (probed once per template).
         self._placement = placement_for(self._tok.chat_template or "", self._policy.family, self._probe_text)
+        # What else decides a rendering: a kept prompt made under another template or setting is not this one's.
+        self._render_id = "\x00" + hashlib.blake2b(
+            repr((self._tok.chat_template or "", self._policy.family, sort_tools, self._placement)).encode(),
+            digest_size=8,
+        ).hexdigest()
         added = getattr(self._tok, "added_tokens_decoder", {}) or {}
         self._end_tokens = {i: t.content for i, t in added.items()}  # a kept turn ends with one of these
 
@@ -139,6 +161,22 @@ class Preprocessor:
             tokenize=False,
             **self.template_kwargs({}, None),
         )
+
+    def _probe_window(self, tools: bool, kwargs: dict[str, Any], end_token: str) -> frozenset[frozenset[str]]:
+        """incremental.probe_roles for this template, with a tool or none, under these switches."""
+        schemas = [ToolSpec(name="probe", description="A probe.", parameters={
+            "type": "object", "properties": {"n": {"type": "integer"}}}).openai_schema()] if tools else None
+
+        def plan(turns: list[Turn]) -> tuple[list[dict[str, Any]], tuple[tuple[int, int], ...]]:
+            p = plan_messages(Conversation(turns=tuple(turns)), self._policy, self._caps, self._placement)
+            return p.messages, p.turn_spans
+
+        def render(messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+            return self._tok.apply_chat_template(
+                messages, tools=schemas, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
+            )
+
+        return probe_roles(plan, render, end_token)
 
     def template_kwargs(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
         """Thinking on by default where the model reasons; never override what the client set."""
@@ -161,55 +199,131 @@ class Preprocessor:
         add_generation_prompt: bool = True,
         thinking: bool | None = None,
         replay: ReplayKeys | None = None,
+        space: tuple[str | None, str | None] = (None, None),  # (adapter, cache salt): what seeds the block hashes
     ) -> RenderedPrompt:
         if self._sort_tools:
             conversation = sort_tools(conversation)
         tools = [t.openai_schema() for t in conversation.tools] or None
         plan = plan_messages(conversation, self._policy, self._caps, self._placement)
-        messages, tools, shield = self._literals.shield(plan.messages, tools)
         kwargs = self.template_kwargs(template_kwargs or {}, thinking)
+        if replay is not None and replay.slots and self._kept is not None:
+            if self._incremental:
+                extended = self._extend(plan, tools, kwargs, replay, add_generation_prompt, space)
+                if extended is not None:
+                    return extended
+            return self._splice(plan, tools, kwargs, replay, add_generation_prompt)
+        messages, shielded_tools, shield = self._literals.shield(plan.messages, tools)
+        text = self._apply(messages, shielded_tools, kwargs, add_generation_prompt)
+        ids = self._literals.encode(text, shield)
+        # A first turn is a session's root link (its whole prompt); a later one with nothing spliced stores none.
+        tail_from = 0 if not any(m.get("role") == "assistant" for m in plan.messages) else None
+        return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns, tail_from=tail_from)
 
-        def apply(msgs: list[dict[str, Any]], generation_prompt: bool) -> str:
-            return self._tok.apply_chat_template(
-                msgs, tools=tools, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
-            )
-
+    def _apply(self, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], generation_prompt: bool) -> str:
         try:
-            text = apply(messages, add_generation_prompt)
+            return self._tok.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
+            )
         except RequestError:
             raise
         except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
             raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
-        spliced = None
-        if replay is not None and replay.slots and self._kept is not None:
-            # Renderings are remembered by what was rendered; a shield's markers carry a per-render nonce: not then.
-            marks = _message_digests(messages, tools, kwargs) if shield is None else None
-            slots = []
-            for t, key in sorted(replay.slots.items()):
-                start, end = plan.turn_spans[t]
-                slots.append(TurnSlot(start, end, key, marks[start] + marks[end] if marks else b""))
-            kept = self._kept.get_many([s.key for s in slots])
-            spliced = splice(
-                text,
-                slots,
-                kept,
-                render=lambda n, gen: apply(messages[:n], gen),
-                encode=lambda piece: self._literals.encode(piece, shield),
-                token_text=lambda tid: self._end_tokens.get(tid, ""),
-                memo=self._spans,
-            )
+
+    def _splice(
+        self, plan: Any, tools: Any, kwargs: dict[str, Any], replay: ReplayKeys, add_generation_prompt: bool
+    ) -> RenderedPrompt:
+        """The full path: the whole conversation rendered, every kept turn placed where its rendering sits."""
+        messages, tools, shield = self._literals.shield(plan.messages, tools)
+        text = self._apply(messages, tools, kwargs, add_generation_prompt)
+        # Renderings are remembered by what was rendered; a shield's markers carry a per-render nonce: not then.
+        marks = _message_digests(messages, tools, kwargs) if shield is None else None
+        slots = []
+        for t, key in sorted(replay.slots.items()):
+            start, end = plan.turn_spans[t]
+            slots.append(TurnSlot(start, end, key, marks[start] + marks[end] if marks else b""))
+        kept = self._kept.get_many([s.key for s in slots]) if self._kept is not None else {}
+        spliced = splice(
+            text,
+            slots,
+            kept,
+            render=lambda n, gen: self._tok.apply_chat_template(
+                messages[:n], tools=tools, add_generation_prompt=gen, tokenize=False, **kwargs
+            ),
+            encode=lambda piece: self._literals.encode(piece, shield),
+            token_text=lambda tid: self._end_tokens.get(tid, ""),
+            memo=self._spans,
+        )
+        if self._kept is not None:
             self._kept.touch(spliced.used)
-            ids = spliced.token_ids
-        else:
-            ids = self._literals.encode(text, shield)
-        return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns, spliced)
+        ids = spliced.token_ids
+        base, tail_from = (spliced.base, spliced.base_end) if spliced.base else ("", None)
+        return RenderedPrompt(
+            self._literals.restore(text, shield), ids, plan.reordered_turns, spliced, base=base, tail_from=tail_from
+        )
+
+    def _extend(
+        self,
+        plan: Any,
+        tools: Any,
+        kwargs: dict[str, Any],
+        replay: ReplayKeys,
+        add_generation_prompt: bool,
+        space: tuple[str | None, str | None],
+    ) -> RenderedPrompt | None:
+        """The kept prompt of the conversation's last assistant turn, its output, and the window's rendering of what
+        followed (preprocess/incremental.py); None where the full path must decide."""
+        assert self._kept is not None
+        turn_index = max(replay.slots)
+        key = replay.slots[turn_index]
+        start, end = plan.turn_spans[turn_index]
+        if end <= start:
+            return None
+        last = self._kept.get_many([key]).get(key)
+        if last is None or not last.output_ids:
+            return None
+        end_token = self._end_tokens.get(last.output_ids[-1], "")
+        if not end_token:
+            return None
+        if new_roles(plan.messages, end) not in self._windows.cleared(tools is not None, kwargs, end_token):
+            return None
+        known = self._prompts.get(last.prompt_digest, space)
+        if known is None:
+            ids = rebuild(last, self._kept.get_many(list(replay.slots.values())))
+            if ids is None:
+                return None
+            known = KnownPrompt(ids)
+        msgs, at = window(plan.messages, start)
+        msgs, tools_shielded, shield = self._literals.shield(msgs, tools)
+        tail = window_tail(
+            msgs,
+            at,
+            at + (end - start),
+            end_token,
+            lambda m, gen: self._tok.apply_chat_template(
+                m, tools=tools_shielded, add_generation_prompt=gen, tokenize=False, **kwargs
+            ),
+            add_generation_prompt,
+        )
+        if tail is None:
+            return None
+        prefix = len(known.ids) + len(last.output_ids)
+        ids = array("I", known.ids)
+        ids.extend(last.output_ids)
+        ids.extend(self._literals.encode(tail, shield))
+        self._kept.touch(list(replay.slots.values()))  # the whole chain stays, for a replica that rebuilds it
+        # "extended": the earlier turns are as the kept prompt has them; the last one is spliced.
+        spliced = Spliced(ids.tolist(), Counter({"spliced": 1, "extended": 1}), last_rerendered=False, used=[key])
+        return RenderedPrompt(
+            self._literals.restore(tail, shield), spliced.token_ids, plan.reordered_turns, spliced,
+            base=key, tail_from=prefix, known=known,
+        )
 
     def replay_keys(self, request: GenerationRequest, scope: str, adapter: str | None = None) -> ReplayKeys:
         """Keys of the request's earlier assistant turns (those followed by another turn) and of the whole; a
         LoRA adapter's turns are kept apart from the base model's (its tokens are its own)."""
         conv = request.conversation
         served = self._model.id if adapter is None else f"{self._model.id}\x00lora\x00{adapter}"
-        header = header_digest(scope, served, conv, request.template_kwargs, request.thinking)
+        header = header_digest(scope + self._render_id, served, conv, request.template_kwargs, request.thinking)
         digests = chain(header, conv.turns)
         slots = {
             i: kept_key(digests[i])
@@ -244,7 +358,10 @@ class Preprocessor:
         adapter id that serves the request (None: the base model); it seeds the block hashes."""
         keys = self.replay_keys(request, scope, adapter) if self._kept is not None else None
         thinking = False if request.reasoning_effort == "none" else request.thinking
-        prompt = self.render(request.conversation, request.template_kwargs, thinking=thinking, replay=keys)
+        salt = cache_salt(scope) if self._isolate else None  # the engine's cache and the router's hashes agree
+        prompt = self.render(
+            request.conversation, request.template_kwargs, thinking=thinking, replay=keys, space=(adapter, salt)
+        )
         n = len(prompt.token_ids)
         window = self._model.context_window
         if n >= window:  # not even one output token fits
@@ -264,7 +381,6 @@ class Preprocessor:
         opener = self._policy.think_open.strip()
         reasoning_started = bool(opener) and prompt.text.rstrip().endswith(opener)
         session = session_key(request)
-        salt = cache_salt(scope) if self._isolate else None  # the engine's cache and the router's hashes agree
         engine = EngineRequest(
             request_id=request.request_id,
             model=self._model.id,
@@ -281,7 +397,7 @@ class Preprocessor:
         route = RouteRequest(
             request_id=request.request_id,
             model=self._model.id,
-            block_hashes=block_hashes(prompt.token_ids, self._block_size, adapter, salt),
+            block_hashes=self._block_hashes(prompt, adapter, salt),
             prompt_tokens=n,
             max_tokens=max_tokens,
             hints=request.hints,
@@ -296,8 +412,20 @@ class Preprocessor:
             replay_prefix=keys.prefix if keys is not None else "",
             replay_outcomes=tuple(sorted(prompt.spliced.outcomes.items())) if prompt.spliced else (),
             replay_last_rerendered=prompt.spliced.last_rerendered if prompt.spliced else _has_assistant(request),
+            replay_base=prompt.base,
+            replay_tail_from=prompt.tail_from,
         )
         return Preprocessed(engine=engine, route=route, report=report)
+
+    def _block_hashes(self, prompt: RenderedPrompt, adapter: str | None, salt: str | None) -> list[int]:
+        """The prompt's block hashes, the blocks of the prompt it extends not hashed again; the prompt is remembered
+        for the session's next turn (incremental.PromptMemo) when it may be extended."""
+        known = prompt.known or KnownPrompt(array("I"))
+        blocks, hashes = extend_blocks(known, prompt.token_ids, self._block_size, root(adapter, salt))
+        if self._incremental and self._kept is not None and prompt.tail_from is not None:
+            ids = array("I", prompt.token_ids)
+            self._prompts.put(token_digest(ids), (adapter, salt), KnownPrompt(ids, blocks, hashes))
+        return list(hashes)
 
     def _with_thinking_budget(self, request: GenerationRequest, thinking: bool | None) -> SamplingParams:
         """The engine's thinking budget: the client's, else the model's for the effort asked; 0 with thinking off

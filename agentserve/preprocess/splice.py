@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from agentserve.state.kept_turns import KeptTurn, TokenHasher
 
-Outcome = str  # spliced | not_kept | template_changed | prompt_changed | end_of_turn | render_failed
+Outcome = str  # spliced | not_kept | template_changed | prompt_changed | end_of_turn | render_failed | extended
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,8 @@ class Spliced:
     outcomes: Counter = field(default_factory=Counter)
     last_rerendered: bool = False  # the conversation's last assistant turn went back through the template
     used: list[str] = field(default_factory=list)  # keys spliced (their recency is refreshed)
+    base: str = ""  # the last turn spliced, and where its output ends in token_ids (the prompt's kept link)
+    base_end: int = 0
 
 
 class _Prompt:
@@ -124,6 +126,7 @@ def splice(
         out.outcomes[outcome] += 1
         if outcome == "spliced":
             out.used.append(slot.key)
+            out.base, out.base_end = slot.key, len(prompt.ids)
         if i == len(slots) - 1:
             out.last_rerendered = outcome != "spliced"
     if prompt.pos < len(text):

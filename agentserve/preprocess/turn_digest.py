@@ -14,6 +14,8 @@ import hashlib
 import json
 from typing import Any, Iterable, Sequence
 
+import orjson
+
 from agentserve.protocol import (
     Conversation,
     ImageBlock,
@@ -36,7 +38,12 @@ def _h(*parts: bytes) -> bytes:
 
 
 def _json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact, keys sorted, UTF-8 (orjson; the standard library's spelling of the same for what orjson refuses,
+    integers past 64 bits)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def canonical_arguments(arguments: str) -> Any:

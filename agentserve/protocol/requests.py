@@ -144,6 +144,10 @@ class PromptReport(BaseModel):
     replay_prefix: str = ""
     replay_outcomes: tuple[tuple[str, int], ...] = ()
     replay_last_rerendered: bool = False
+    # The prompt as a link for the kept turn this request generates: the kept turn it continues, and where the
+    # prompt's own tail starts in EngineRequest.token_ids (None: keep the turn without a link).
+    replay_base: str = ""
+    replay_tail_from: int | None = None
 
 
 class Preprocessed(BaseModel):

@@ -1,7 +1,9 @@
 """Kept turns: the exact token ids a finished assistant turn was generated as, so a replay can reuse them.
 
-One entry per turn, under its content key (preprocess/turn_digest.py): the digest of the prompt it followed and
-its output token ids. They live in the state backend (SQLite file / PostgreSQL), bounded in entries, bytes and
+One entry per turn, under its content key (preprocess/turn_digest.py): the digest of the prompt it followed, its
+output token ids, and that prompt as a link: the key of the kept turn the prompt continues (`base`) and the prompt's
+ids after that turn's output (`tail`). A session's prompts are so stored once, turn by turn, and a replica that
+never saw the session rebuilds its latest prompt from one read (preprocess/incremental.py), linear in its length. They live in the state backend (SQLite file / PostgreSQL), bounded in entries, bytes and
 lifetime like the Responses store, and shared by every replica, so a session survives restarts and redeploys.
 
 Writes and recency refreshes go through one background thread per process that batches them into single
@@ -57,16 +59,36 @@ class TokenHasher:
         return self._h.digest()
 
 
+_FORMAT = b"KT2\x00"  # bodies with base and tail; older bodies (digest + output) still decode, without a link
+
+
 @dataclass(frozen=True, slots=True)
 class KeptTurn:
     prompt_digest: bytes  # token_digest() of the prompt the turn was generated after
     output_ids: tuple[int, ...]  # exactly what the engine generated, end-of-turn token included
+    base: str = ""  # the kept turn whose prompt + output the prompt continues ("": the prompt is all tail)
+    tail: tuple[int, ...] | None = None  # the prompt's ids after base's output (None: not stored)
 
     def encode(self) -> bytes:
-        return self.prompt_digest + array("I", self.output_ids).tobytes()
+        if self.tail is None:
+            return self.prompt_digest + array("I", self.output_ids).tobytes()
+        base = self.base.encode()
+        head = _FORMAT + self.prompt_digest + len(base).to_bytes(1, "little") + base
+        return head + len(self.output_ids).to_bytes(4, "little") + array("I", self.output_ids).tobytes() + array(
+            "I", self.tail
+        ).tobytes()
 
     @classmethod
     def decode(cls, body: bytes) -> "KeptTurn":
+        if body.startswith(_FORMAT):
+            at = len(_FORMAT)
+            digest, at = body[at : at + _DIGEST], at + _DIGEST
+            n = body[at]
+            base, at = body[at + 1 : at + 1 + n].decode(), at + 1 + n
+            count, at = int.from_bytes(body[at : at + 4], "little"), at + 4
+            ids = array("I")
+            ids.frombytes(body[at:])
+            return cls(digest, tuple(ids[:count]), base, tuple(ids[count:]))
         ids = array("I")
         ids.frombytes(body[_DIGEST:])
         return cls(body[:_DIGEST], tuple(ids))
@@ -78,6 +100,8 @@ class _Put:
     prompt_ids: Sequence[int]  # hashed on the writer thread, not by the caller
     output_ids: Sequence[int]
     done: Future
+    base: str = ""
+    tail_from: int | None = None  # prompt_ids[tail_from:] is the tail after base (None: store no link)
 
 
 class KeptTurnStore:
@@ -141,12 +165,21 @@ class KeptTurnStore:
                 self.dropped += 1
 
     # -- writes (ingress) --------------------------------------------------------------------------------
-    def put(self, key: str, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> Future:
+    def put(
+        self,
+        key: str,
+        prompt_ids: Sequence[int],
+        output_ids: Sequence[int],
+        *,
+        base: str = "",
+        tail_from: int | None = None,
+    ) -> Future:
         """Queue a turn (the lists are read later: do not mutate them); the future resolves once its batch is
-        committed (True) or refused (False)."""
+        committed (True) or refused (False). `base` / `tail_from`: the prompt continues kept turn `base` from
+        `prompt_ids[tail_from]` on (PromptReport.replay_base); None stores no link."""
         done: Future = Future()
         try:
-            self._queue.put_nowait(_Put(key, prompt_ids, output_ids, done))
+            self._queue.put_nowait(_Put(key, prompt_ids, output_ids, done, base, tail_from))
         except queue.Full:
             self.dropped += 1
             done.set_result(False)
@@ -193,7 +226,7 @@ class KeptTurnStore:
             if touched:  # first: a put in the same batch may evict, and what was just used must stay
                 self._backend.touch_kept_turns(list(dict.fromkeys(touched)), now, self._bounds.ttl_s)
             if puts:
-                rows = [(p.key, KeptTurn(token_digest(p.prompt_ids), tuple(p.output_ids)).encode()) for p in puts]
+                rows = [(p.key, _kept(p).encode()) for p in puts]
                 self._backend.put_kept_turns(rows, now, self._bounds)
         except Exception:  # noqa: BLE001 - the database is down: the turns are simply not kept
             ok = False
@@ -202,6 +235,11 @@ class KeptTurnStore:
         for p in puts:
             if not p.done.done():
                 p.done.set_result(ok)
+
+
+def _kept(p: _Put) -> KeptTurn:
+    tail = None if p.tail_from is None else tuple(p.prompt_ids[p.tail_from :])
+    return KeptTurn(token_digest(p.prompt_ids), tuple(p.output_ids), p.base if tail is not None else "", tail)
 
 
 def open_kept_turns(spec: "KeptTurnsSpec", state: "StateSpec") -> KeptTurnStore | None:

@@ -24,10 +24,13 @@ class KeptTurnWriter:
         if not ended.keepable:
             return None
         assert ended.prepared is not None and ended.state is not None and ended.state.turn is not None
+        report = ended.prepared.report
         done = self._store.put(
-            key_after(ended.prepared.report.replay_prefix, ended.state.turn),
+            key_after(report.replay_prefix, ended.state.turn),
             ended.prepared.engine.token_ids,
             list(ended.state.output_ids),
+            base=report.replay_base,
+            tail_from=report.replay_tail_from,
         )
         return self._committed(done, ended.model)
 

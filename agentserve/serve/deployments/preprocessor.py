@@ -32,7 +32,7 @@ class PreprocessorReplica:
             pre = Preprocessor(
                 m, str(m.resolve_path()), resolved.engine(m.id).block_size, sort_tools=a.normalize_sort_tools,
                 clamp_max_tokens=a.clamp_max_tokens, kept=kept, scripted=resolved.engine(m.id).kind == "scripted",
-                cache_isolation=a.cache_isolation,
+                cache_isolation=a.cache_isolation, memo_bytes=a.kept_turns.prompt_memo_bytes,
             )
             self._served[m.id] = (pre, None)
             self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)

@@ -151,3 +151,22 @@ async def test_status_other_than_200():
             await sse.stream(c, "chat", *sse.request("chat", "hi"))
         r = await sse.stream(c, "chat", *sse.request("chat", "hi"), raise_on_status=False)
     assert r.status == 503 and "error" in r.last_data
+
+
+async def test_a_body_encoded_beforehand_goes_as_it_is_with_its_headers():
+    seen: list[httpx.Request] = []
+    inner = _transport("anthropic_think")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return inner.handle_request(request)
+
+    raw = b'{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    with httpx.Client(transport=httpx.MockTransport(handler), base_url="http://t") as c:
+        r = sse.stream_sync(c, "anthropic", "/v1/messages", raw, headers=sse.ANTHROPIC_HEADERS)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://t") as c:
+        await sse.stream(c, "anthropic", "/v1/messages", raw)
+    assert r.reasoning == "Short thought."
+    for req in seen:
+        assert req.content == raw and req.headers["content-type"] == "application/json"
+    assert seen[0].headers["anthropic-version"] == "2023-06-01"
