@@ -249,9 +249,11 @@ class LimitsSpec(_Strict):
     lease_ttl_s: float = Field(default=30.0, ge=1)  # a concurrency slot outlives a dead ingress this long
     # Connections (ingress/handlers/responses_socket.py, serve/client_headers.py). A WebSocket frame is a request
     # body, capped at the smaller of this and max_body_bytes; frames a client sends ahead of the one being answered
-    # may hold max_ws_queued_bytes (Codex sends one at a time), past that the connection is closed (1008).
+    # may hold max_ws_queued_bytes, past that the connection is closed (1008). Codex sends one request at a time,
+    # but its acknowledgement of a response and its next request can both arrive before the first is taken: the
+    # default holds one full frame and a little more.
     max_ws_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
-    max_ws_queued_bytes: int = Field(default=1024 * 1024, ge=0)
+    max_ws_queued_bytes: int = Field(default=17 * 1024 * 1024, ge=0)
     ws_idle_timeout_s: float = Field(default=3600.0, gt=0)  # no frame and no response in progress this long: closed
     max_websockets_per_key: int | None = Field(default=64, ge=1)  # open WebSockets per key, per ingress replica
     # Ray Serve lets a client set its own request timeout (`x-request-timeout-seconds`; Codex sends 86400 for its
