@@ -129,6 +129,10 @@ class Inbox:
         return item
 
 
+def _overran(reader: asyncio.Future) -> bool:
+    return reader.done() and not reader.cancelled() and isinstance(reader.exception(), Overrun)
+
+
 async def _close(ws: WebSocket, code: int, reason: str) -> None:
     try:
         await ws.close(code=code, reason=reason)
@@ -192,24 +196,23 @@ class ResponsesSocket:
         turn: asyncio.Future | None = None
         try:
             while True:
-                if reader.done() and inbox.empty():
-                    if isinstance(reader.exception(), Overrun):
+                if reader.done():  # the client left (what it sent ahead goes unanswered) or overran
+                    if _overran(reader):
                         await _close(ws, POLICY_VIOLATION, "too many frames sent ahead of the response")
                     return
                 next_frame = asyncio.ensure_future(inbox.get())
                 await asyncio.wait((next_frame, reader), timeout=limits.ws_idle_timeout_s,
                                    return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-                if not next_frame.done():  # the client left between responses, or sent nothing for too long
+                if not next_frame.done():  # the client left or overran between responses, or sent nothing for long
                     next_frame.cancel()
                     if not reader.done():
                         await _close(ws, 1000, "idle")
-                    elif isinstance(reader.exception(), Overrun):
-                        await _close(ws, POLICY_VIOLATION, "too many frames sent ahead of the response")
-                    return
+                        return
+                    continue  # the top of the loop tells how the reader ended
                 turn = asyncio.ensure_future(self._answer(ws, next_frame.result(), remembered))
                 await asyncio.wait((turn, reader), return_when=asyncio.FIRST_COMPLETED)
-                if not turn.done():  # the client left mid-response: end it (the lifecycle releases everything)
-                    if isinstance(reader.exception(), Overrun):
+                if not turn.done():  # the client left (or overran) mid-response: end it (the lifecycle releases all)
+                    if _overran(reader):
                         await _close(ws, POLICY_VIOLATION, "too many frames sent ahead of the response")
                     return
                 if turn.exception() is not None:  # the connection broke while answering
