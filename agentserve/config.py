@@ -6,6 +6,7 @@ so each one reads only the part it needs.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -259,6 +260,19 @@ class LimitsSpec(_Strict):
     requests_per_minute_per_key: float | None = Field(default=None, gt=0)  # generation requests (token bucket)
     burst_per_key: int | None = Field(default=None, ge=1)  # bucket size; None: a minute's worth
     lease_ttl_s: float = Field(default=30.0, ge=1)  # a concurrency slot outlives a dead ingress this long
+    # Connections (ingress/handlers/responses_socket.py, serve/client_headers.py). A WebSocket frame is a request
+    # body, capped at the smaller of this and max_body_bytes; frames a client sends ahead of the one being answered
+    # may hold max_ws_queued_bytes, past that the connection is closed (1008). Codex sends one request at a time,
+    # but its acknowledgement of a response and its next request can both arrive before the first is taken: the
+    # default holds one full frame and a little more.
+    max_ws_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    max_ws_queued_bytes: int = Field(default=17 * 1024 * 1024, ge=0)
+    ws_idle_timeout_s: float = Field(default=3600.0, gt=0)  # no frame and no response in progress this long: closed
+    max_websockets_per_key: int | None = Field(default=64, ge=1)  # open WebSockets per key, per ingress replica
+    # Ray Serve lets a client set its own request timeout (`x-request-timeout-seconds`; Codex sends 86400 for its
+    # session socket) and turn off the abort on disconnect (`x-request-disconnect-disabled: ?1`). The ingress
+    # clamps the first to this (0, negative or malformed: the configured request_timeout_s) and drops the second.
+    max_request_timeout_s: float = Field(default=86400.0, gt=0)
 
 
 class DoctorSpec(_Strict):
@@ -274,6 +288,33 @@ class DoctorSpec(_Strict):
     # own key's sessions only); without keys every caller shares one identity, and the header's reuse counts would
     # let one recover another's prompt. "always": every caller (one trusted user, e.g. loopback). "never": no one.
     header: Literal["keys", "always", "never"] = "keys"
+
+
+class AdminSpec(_Strict):
+    """The admin routes (`/v1/admin/*`, run-time LoRA adapters): off (404) unless an admin credential is set.
+
+    keys: sha256 hex digests of admin keys (AGENTSERVE_ADMIN_KEYS adds plain ones); an API key never opens them.
+    adapter_root: run-time adapter paths must lie under it after realpath (None: run-time loads are refused);
+    max_runtime_adapters: adapters loaded at run time per model (each holds engine memory until a restart).
+    """
+
+    keys: tuple[str, ...] = ()
+    adapter_root: str | None = None
+    max_runtime_adapters: int = Field(default=8, ge=0)
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host only this machine reaches (127.0.0.0/8, ::1, localhost); 0.0.0.0 and names are not."""
+    host = host.strip().strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def engine_deployment_slug(model_id: str) -> str:
@@ -293,7 +334,8 @@ class ServeArgs(_Strict):
     enable_streaming_tool_dispatch: bool = False
     # Key for what the server seals and later verifies (thinking signatures, encrypted reasoning).
     # None: env AGENTSERVE_SECRET_KEY, else one generated once and kept in the state data directory
-    # (agentserve/state/secrets.py); build_app resolves it and shares it with every replica through the args.
+    # (agentserve/state/secrets.py). build_app only checks it; the Ingress (the one deployment that signs) reads it
+    # when its replica starts (serve/state_args.py): prefer the env var, since Serve keeps these args in its checkpoint.
     secret_key: str | None = None
     # Append every finished turn's prompt and output token ids here (for `agentserve doctor TRACE`).
     trace_path: str | None = None
@@ -331,6 +373,21 @@ class ServeArgs(_Strict):
     # sessions still share. Cost: a system prompt common to many keys is prefilled and held once per key.
     # "shared": one cache for every caller (the most reuse; only for callers who trust each other).
     cache_isolation: Literal["per_key", "shared"] = "per_key"
+    # The admin routes and their credential (AdminSpec): 404 without one.
+    admin: AdminSpec = AdminSpec()
+    # Serving a non-loopback HTTP host with no api_keys is refused (build_app) unless this says it is meant.
+    allow_unauthenticated: bool = False
+
+    def check_exposure(self, http_host: str) -> None:
+        """Refuse to serve `http_host` when anyone on the network could use it unauthenticated."""
+        if self.api_keys or self.allow_unauthenticated or is_loopback(http_host):
+            return
+        raise ValueError(
+            f"refusing to serve on {http_host!r} (not loopback) without API keys: anyone who reaches the port could "
+            "use the models, read stored responses and steer other callers' sessions. Set API keys (`api_keys`: "
+            "sha256 digests, or AGENTSERVE_API_KEYS with plain keys, comma separated), or set "
+            "`allow_unauthenticated: true` in the serve config's args if an authenticating proxy is in front."
+        )
 
     @model_validator(mode="after")
     def _keys_are_digests(self) -> "ServeArgs":
@@ -339,6 +396,8 @@ class ServeArgs(_Strict):
 
         if not all(digest(k) for k in self.api_keys):
             raise ValueError("api_keys holds sha256 hex digests of the keys (hashlib.sha256(key.encode()).hexdigest()), not keys")
+        if not all(digest(k) for k in self.admin.keys):
+            raise ValueError("admin.keys holds sha256 hex digests of the admin keys, not keys")
         if not all(k == "*" or digest(k) for k in self.router.priority_keys):
             raise ValueError('router.priority_keys holds sha256 hex digests of API keys, or "*" for every caller')
         return self

@@ -177,6 +177,9 @@ def serve_config(v: K8sValues, base: dict[str, Any] | None = None) -> dict[str, 
         args["engine"] = {**args["engine"], "tensor_parallel_size": v.tensor_parallel_size}
     # Many nodes share state: PostgreSQL, its DSN from the Secret (AGENTSERVE_POSTGRES_DSN), never in this config.
     args["state"] = {**args.get("state", {}), "backend": "postgres"}
+    # API keys come from the Secret (AGENTSERVE_API_KEYS; build_app refuses 0.0.0.0 without them), the admin key
+    # too; run-time adapters load only from the model cache volume's adapters/ directory.
+    args["admin"] = {**args.get("admin", {}), "adapter_root": f"{v.model_cache.mount_path}/adapters"}
     deployments = {d["name"]: d for d in app["deployments"]}
     _cpu_deployment(deployments["Ingress"], v.ingress, v.drain_timeout_s)
     _cpu_deployment(deployments["Preprocessor"], v.preprocessor, 30)
@@ -251,16 +254,21 @@ def _container(v: K8sValues, name: str, resources: dict[str, str], *, head: bool
 
 
 def _secret_env(v: K8sValues) -> list[dict[str, Any]]:
-    """The secret key, previous keys and PostgreSQL DSN from the Kubernetes Secret (docs/OPERATIONS.md)."""
+    """The secret key, previous keys, PostgreSQL DSN, API keys and admin keys from the Kubernetes Secret
+    (docs/OPERATIONS.md). None of them is written into the Serve config; the Ingress reads the secret key from its
+    environment as it starts (serve/state_args.py)."""
     s = v.secrets
 
     def ref(name: str, key: str, optional: bool = False) -> dict[str, Any]:
         return {"name": name, "valueFrom": {"secretKeyRef": {"name": s.name, "key": key, "optional": optional}}}
 
+    # On every pod: Serve builds the application (build_app, which checks the keys) on any node.
     return [
         ref("AGENTSERVE_SECRET_KEY", s.secret_key),
         ref("AGENTSERVE_PREVIOUS_SECRET_KEYS", s.previous_secret_keys, optional=True),
         ref("AGENTSERVE_POSTGRES_DSN", s.postgres_dsn),
+        ref("AGENTSERVE_API_KEYS", s.api_keys),
+        ref("AGENTSERVE_ADMIN_KEYS", s.admin_keys, optional=True),
     ]
 
 
@@ -449,6 +457,8 @@ def rayservice(v: K8sValues, base: dict[str, Any] | None = None) -> dict[str, An
             "serveConfigV2": yaml.safe_dump(serve_config(v, base), sort_keys=False, width=120),
             "rayClusterConfig": {
                 "rayVersion": v.ray_version,
+                # KubeRay creates the token, gives it to every pod (RAY_AUTH_MODE=token) and uses it itself.
+                **({"authOptions": {"mode": "token"}} if v.ray_token_auth else {}),
                 "enableInTreeAutoscaling": True,  # pending placement groups -> more GPU pods
                 "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 600},
                 "headGroupSpec": head_group(v),
@@ -486,6 +496,36 @@ def podmonitor(v: K8sValues) -> dict[str, Any]:
     }
 
 
+def network_policy(v: K8sValues) -> dict[str, Any]:
+    """Ray's ports only between the cluster's pods (and the operator, which deploys through the dashboard); the
+    Serve HTTP port from `network.http_from`; Prometheus to the metrics port (values.Network)."""
+    n = v.network
+    own = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": v.name}}}
+
+    def namespace(name: str) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    http: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": v.http_port}]}
+    if n.http_from:
+        http["from"] = [dict(peer) for peer in n.http_from]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(v, f"{v.name}-ray"),
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": v.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [own]},  # Ray among its own pods: GCS, raylets, object store, replicas, direct ingress
+                http,
+                {"from": [namespace(n.operator_namespace)],
+                 "ports": [{"protocol": "TCP", "port": 8265}, {"protocol": "TCP", "port": v.http_port}]},  # fmt: skip
+                {"from": [namespace(n.monitoring_namespace)], "ports": [{"protocol": "TCP", "port": v.metrics_port}]},
+            ],
+        },
+    }
+
+
 def model_cache_pvc(v: K8sValues) -> dict[str, Any]:
     mc = v.model_cache
     spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": mc.size}}}
@@ -509,6 +549,7 @@ def render(v: K8sValues, base: dict[str, Any] | None = None, source: str = DEFAU
         "model-cache.yaml": doc(model_cache_pvc(v)),
         "rayservice.yaml": doc(rayservice(v, base)),
         "podmonitor.yaml": doc(podmonitor(v)),
+        **({"networkpolicy.yaml": doc(network_policy(v))} if v.network.enabled else {}),
         "grafana-dashboard.json": json.dumps(dashboard(), indent=1) + "\n",
     }
 

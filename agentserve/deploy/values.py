@@ -91,13 +91,31 @@ class Secrets(_Strict):
     """The Kubernetes Secret the pods read the state credentials from (created by hand, never committed).
 
     kubectl -n agentserve create secret generic agentserve-secrets \
-      --from-literal=secret-key="$(openssl rand -hex 32)" --from-literal=postgres-dsn='postgresql://...'
+      --from-literal=secret-key="$(openssl rand -hex 32)" --from-literal=postgres-dsn='postgresql://...' \
+      --from-literal=api-keys="$(openssl rand -hex 24),$(openssl rand -hex 24)" \
+      --from-literal=admin-keys="$(openssl rand -hex 24)"
+
+    api-keys is required (the Serve config listens on 0.0.0.0, and build_app refuses that without keys);
+    admin-keys is optional (without it the admin routes do not exist).
     """
 
     name: str = "agentserve-secrets"
+    api_keys: str = "api-keys"  # -> AGENTSERVE_API_KEYS: the callers' keys, comma separated
+    admin_keys: str = "admin-keys"  # optional -> AGENTSERVE_ADMIN_KEYS: the /v1/admin/* credential
     secret_key: str = "secret-key"  # -> AGENTSERVE_SECRET_KEY: signs thinking, seals encrypted_content
     previous_secret_keys: str = "previous-secret-keys"  # optional -> AGENTSERVE_PREVIOUS_SECRET_KEYS (rotation)
     postgres_dsn: str = "postgres-dsn"  # -> AGENTSERVE_POSTGRES_DSN: Responses store and per-key limits
+
+
+class Network(_Strict):
+    """The NetworkPolicy on the Ray pods: Ray's own ports (GCS 6379, dashboard 8265, client 10001, raylet, object
+    store, the replicas' direct-ingress ports) only from the cluster's own pods and the KubeRay operator; the Serve
+    HTTP port from `http_from` (empty: from anywhere); the metrics port from the monitoring namespace."""
+
+    enabled: bool = True
+    http_from: list[dict[str, Any]] = Field(default_factory=list)  # NetworkPolicyPeer entries (ipBlock, selectors)
+    operator_namespace: str = "kuberay-operator"  # where the KubeRay operator runs (it deploys through 8265)
+    monitoring_namespace: str = "monitoring"  # where Prometheus scrapes from
 
 
 class EngineGroup(_Strict):
@@ -226,6 +244,11 @@ class K8sValues(_Strict):
     model_cache: ModelCache = ModelCache()
     observability: Observability = Observability()
     secrets: Secrets = Secrets()
+    network: Network = Network()
+    # Ray's token authentication (RAY_AUTH_MODE=token, managed by KubeRay's authOptions): without it anyone who
+    # reaches the dashboard or GCS port can run code on the cluster. The NetworkPolicy keeps those ports off the pod
+    # network too; this holds where NetworkPolicies are not enforced.
+    ray_token_auth: bool = True
     # The catalog form: several models, each with its own engine deployment and GPU worker group; non-empty
     # replaces the single-model fields above (model, tensor_parallel_size, accelerator_type, engine, gpu_workers).
     models: tuple[CatalogModel, ...] = ()

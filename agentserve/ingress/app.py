@@ -91,7 +91,7 @@ def make_app(parts: IngressParts) -> FastAPI:
     limiter = KeyLimiter(Limits(args.limits, args.state))
     # Outermost last: request-id -> error boundary -> auth -> per-key limits -> routes.
     app.add_middleware(KeyLimitsMiddleware, limiter=limiter, envelopes=envelopes)
-    app.add_middleware(AuthMiddleware, keys=KeySet(args.api_keys), envelopes=envelopes)
+    app.add_middleware(AuthMiddleware, keys=KeySet(args.api_keys), envelopes=envelopes, admin=KeySet(args.admin.keys))
     app.add_middleware(ErrorBoundaryMiddleware, envelopes=envelopes)
     app.add_middleware(RequestIdMiddleware)  # `request-id` on every response
     openapi.install(app, OPENAPI_BODIES)
@@ -134,7 +134,9 @@ def make_app(parts: IngressParts) -> FastAPI:
         app.add_api_route(f"{prefix}/detokenize", tokens.detokenize, methods=["POST"])
 
     # -- administration: load a LoRA adapter of a catalog model on all its engine replicas -------------
-    app.add_api_route("/v1/admin/adapters", admin.load, methods=["POST"])
+    # Only with an admin credential (ServeArgs.admin.keys): without one the route does not exist (auth.py too).
+    if args.admin.keys:
+        app.add_api_route("/v1/admin/adapters", admin.load, methods=["POST"])
 
     # -- operations: Claude Code's and Codex's connectivity probes get 200 at once, with or without a key --
     async def root() -> Response:

@@ -6,17 +6,37 @@ once every replica of its model holds it, or released if one could not load it. 
 the pending ones too: one that registers while a load is under way would otherwise miss it. Plain Python, in
 memory: a restarted Router relearns the adapters from the engine replicas that hold them as they register again
 (`adopt`); with none left, they are gone (the catalog's declared `adapters:` are the durable form).
+
+A run-time name must not take over traffic that reaches something today: a name served already, a name whose
+provider-prefixed suffix is served (the catalog resolves `hosted_vllm/<id>` and `openai/<id>` to `<id>`, so an
+adapter called `openai/main` would capture what reached `main`), and the model names the harnesses send on their
+own (Claude Code's `claude-*` and tiers, Codex's `gpt-*` and `o<N>` models). At most `max_runtime` per model: each
+holds engine memory until a restart.
 """
 
 from __future__ import annotations
+
+import re
 
 from agentserve.config import LoraAdapterSpec, ModelSpec
 from agentserve.protocol.cluster import ModelAdapters
 from agentserve.protocol.errors import RequestError
 
 
+# The last path segment of a name a harness sends without being told (Claude Code's model ids and tier names,
+# Codex's and OpenClaw's OpenAI model ids), case-insensitive: a run-time adapter never takes one.
+HARNESS_NAMES = re.compile(r"(claude|anthropic|gpt|chatgpt|codex|o\d|opus|sonnet|haiku)([-._:@].*)?$", re.IGNORECASE)
+
+
+def suffixes(name: str) -> list[str]:
+    """`name` and every `/`-suffix of it, longest first: what the catalog's lookup may resolve it by."""
+    parts = name.split("/")
+    return ["/".join(parts[i:]) for i in range(len(parts)) if parts[i:] != [""]]
+
+
 class RuntimeAdapters:
-    def __init__(self, catalog: tuple[ModelSpec, ...] | list[ModelSpec]) -> None:
+    def __init__(self, catalog: tuple[ModelSpec, ...] | list[ModelSpec], *, max_runtime: int = 8) -> None:
+        self._max_runtime = max_runtime
         self._declared = {name: m.id for m in catalog for name in m.served_names()}
         self._models = tuple(m.id for m in catalog)  # catalog order: listings come in it
         self._committed: dict[str, dict[str, LoraAdapterSpec]] = {m: {} for m in self._models}
@@ -38,14 +58,33 @@ class RuntimeAdapters:
             raise RequestError("not_found", f"model '{model}' is not in the catalog", param="model",
                                code="model_not_found")  # fmt: skip
         for name in spec.names():
-            owner = self._owner(name)
-            if owner is not None:
+            param = "id" if name == spec.id else "aliases"
+            for form in suffixes(name):
+                owner = self._owner(form)
+                if owner is not None:
+                    also = "" if form == name else f" (requests for '{name}' reach '{form}' today)"
+                    raise RequestError(
+                        "invalid_request",
+                        f"the name '{form}' is already served by {owner}{also}: load the adapter under a new id",
+                        param=param,
+                        code="adapter_exists",
+                    )
+            if HARNESS_NAMES.match(name.rsplit("/", 1)[-1]):
                 raise RequestError(
                     "invalid_request",
-                    f"the name '{name}' is already served by {owner}: load the adapter under a new id",
-                    param="id" if name == spec.id else "aliases",
-                    code="adapter_exists",
+                    f"'{name}' is a model name agent harnesses send on their own: a run-time adapter cannot take it "
+                    "(declare it in the serve config's `adapters:` or `aliases:` to serve it deliberately)",
+                    param=param,
+                    code="adapter_name_reserved",
                 )
+        held = len(self._committed[model]) + len(self._pending[model])
+        if held >= self._max_runtime:
+            raise RequestError(
+                "invalid_request",
+                f"{model} already has {held} run-time adapters, the most admin.max_runtime_adapters allows: "
+                "declare more in the serve config and redeploy",
+                code="adapter_limit",
+            )
         self._pending[model][spec.id] = spec
 
     def commit(self, model: str, adapter_id: str) -> None:

@@ -81,7 +81,6 @@ ROUTES = [
     ("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models"), ("GET", "/v1/models/smollm2"),
     ("POST", "/tokenize"), ("POST", "/v1/tokenize"), ("POST", "/detokenize"), ("POST", "/v1/detokenize"),
     ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/v1/nothing-here"), ("GET", "/docs"),
-    ("POST", "/v1/admin/adapters"),
 ]
 
 
@@ -101,6 +100,10 @@ def test_every_route_but_health_needs_a_key(url):
                 got = r.json()["error"]["type"]
                 assert got == want, (path, got)
         assert c.get("/health").status_code == 200
+        for headers in ({}, AUTH):  # no admin credential configured: the admin route is not there, for anyone
+            r = c.post("/v1/admin/adapters", headers=headers, json={"model": "smollm2", "id": "x", "path": "/x"})
+            assert r.status_code == 404, (headers, r.text)
+            assert_envelope("/v1/admin/adapters", r)
         for method in ("GET", "HEAD"):  # Codex's and Claude Code's probe: 200 without a key, and nothing else
             r = c.request(method, "/")
             assert r.status_code == 200 and (method == "HEAD" or r.json() == {"status": "ok"})

@@ -21,12 +21,15 @@ from agentserve.bench.graph import wait_for
 pytestmark = pytest.mark.integration
 
 MODEL, ENGINE = "agent/main", "Engine-agent-main"
-KEY = "admin-test-key"
+KEY = "api-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+ADMIN_KEY = "admin-test-key"  # the admin route's own credential: an API key does not open it
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 ARGS = {
     "secret_key": "0" * 64,
     "api_keys": [hash_key(KEY)],
+    "admin": {"keys": [hash_key(ADMIN_KEY)], "adapter_root": "/adapters"},
     "models": [
         {
             "id": MODEL,
@@ -68,7 +71,7 @@ class Graph(DeployedGraph):
         assert s.replica_id == replica
         return s.started
 
-    def load(self, body: dict[str, Any], headers: dict[str, str] | None = AUTH) -> httpx.Response:
+    def load(self, body: dict[str, Any], headers: dict[str, str] | None = ADMIN) -> httpx.Response:
         return httpx.post(f"{self.url}/v1/admin/adapters", json=body, headers=headers, timeout=60)
 
     def openai(self) -> openai.OpenAI:
@@ -98,6 +101,13 @@ def test_the_admin_route_needs_a_key(graph):
     assert r.status_code == 401
     assert r.json()["error"]["type"] == "authentication_error"
     assert graph.load({"model": MODEL, "id": "x", "path": "/p"}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert graph.load({"model": MODEL, "id": "x", "path": "/adapters/x"}, headers=AUTH).status_code == 401  # an API key
+
+
+def test_a_path_outside_the_adapter_root_is_refused_before_any_engine_sees_it(graph):
+    for path in ("HuggingFaceTB/some-adapter", "/adapters/../etc", "/etc/passwd"):
+        r = graph.load({"model": MODEL, "id": "outside", "path": path})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "adapter_path_refused", (path, r.text)
 
 
 def test_a_loaded_adapter_answers_under_its_id_and_alias(graph, pirate):
@@ -142,7 +152,7 @@ def test_an_unknown_model_or_a_bad_body_is_refused_in_openais_envelope(graph):
     r = graph.load({"model": MODEL, "id": "has space", "path": "/p", "rank": 8})
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "invalid_request_error"
-    r = httpx.post(f"{graph.url}/v1/admin/adapters", content=b"{not json", headers=AUTH)
+    r = httpx.post(f"{graph.url}/v1/admin/adapters", content=b"{not json", headers=ADMIN)
     assert r.status_code == 400 and "error" in r.json()
 
 

@@ -7,12 +7,19 @@ checked to have been answered by it), the Router commits it (replicas that start
 register), and this replica's catalog serves it; other Ingress replicas learn it from the Router on a miss.
 A failure on any replica releases the names: the adapter is not served, and the answer names the replicas that
 had loaded it (an engine cannot unload one; it is inert there until a restart).
+
+What an admin key may name is bounded: the path must resolve (realpath, so no `..` or symlink leads out) under
+ServeArgs.admin.adapter_root, an absolute directory, so it is never a hub id (vLLM downloads a path it does not
+find locally from the hub); the names are checked by the Router's registry (serve/adapter_registry.py). An engine's
+own error text stays in the engine's log: the answer names the replicas that failed, not why (it could carry file
+contents or paths).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -44,6 +51,7 @@ class AdapterAdmin:
                 param="model",
             )
         model, spec = served.model.id, body.spec()
+        spec = spec.model_copy(update={"path": adapter_path(self._ctx.args.admin.adapter_root, spec.path)})
         router = self._ctx.path.router
         await router.claim_adapter.remote(model, spec)  # RequestError if a name is served already
         done: dict[str, list[str]] = {}
@@ -70,7 +78,10 @@ class AdapterAdmin:
         loaded = {rid: a for rid, a in zip(replicas, answers) if isinstance(a, list)}
         failed = {rid: a for rid, a in zip(replicas, answers) if isinstance(a, BaseException)}
         if failed:
-            reasons = "; ".join(f"replica {rid}: {_reason(exc)}" for rid, exc in failed.items())
+            for rid, exc in failed.items():
+                logger.warning("replica %s could not load LoRA adapter %s from %s: %s", rid, spec.id, spec.path,
+                               _reason(exc))  # fmt: skip
+            reasons = "; ".join(f"replica {rid}: {_public_reason(exc)}" for rid, exc in sorted(failed.items()))
             also = (f" It was loaded on {', '.join(sorted(loaded))} before the failure and stays inert there "
                     "(not served)." if loaded else "")  # fmt: skip
             raise RequestError("invalid_request", f"cannot load LoRA adapter {spec.id!r} on {model}: {reasons}.{also}",
@@ -102,9 +113,37 @@ class AdapterAdmin:
                 await asyncio.sleep(0.5)
                 continue
             if answer.error is not None:
-                raise ValueError(answer.error)
+                raise EngineRefused(answer.error)
             return list(answer.adapters)
         raise ValueError(f"calls pinned to replica {rid} were answered by other replicas {PINNED_ATTEMPTS} times")
+
+
+class EngineRefused(ValueError):
+    """The engine's own reason for not loading an adapter: logged, never sent back."""
+
+
+def _public_reason(exc: BaseException) -> str:
+    if isinstance(exc, EngineRefused):
+        return "the engine refused it (the reason is in that replica's log)"
+    if isinstance(exc, ValueError):  # this module's own words
+        return str(exc)
+    return f"{type(exc).__name__} (see the ingress log)"
+
+
+def adapter_path(root: str | None, path: str) -> str:
+    """`path` resolved (realpath) if it lies under `root`, else a RequestError that says where adapters may be."""
+    if root is None:
+        raise RequestError("invalid_request", "run-time adapters are off: set admin.adapter_root in the serve config "
+                           "to the directory they are loaded from", param="path", code="adapter_root_unset")  # fmt: skip
+    base = os.path.realpath(root)
+    if not os.path.isabs(path):
+        raise RequestError("invalid_request", f"`path` must be an absolute directory under {base} (a relative path "
+                           "or a hub id is never loaded)", param="path", code="adapter_path_refused")  # fmt: skip
+    real = os.path.realpath(path)
+    if os.path.commonpath((base, real)) != base or real == base:
+        raise RequestError("invalid_request", f"`path` must lie under the adapter root {base}", param="path",
+                           code="adapter_path_refused")  # fmt: skip
+    return real
 
 
 def _reason(exc: BaseException) -> str:

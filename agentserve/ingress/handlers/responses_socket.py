@@ -13,6 +13,13 @@ the terminal event; the connection then takes the next. On one connection:
 
 A request that fails before generation gets `{"type": "error", "status": N, "error": {…}}` (Codex treats the status
 as it would an HTTP one); the connection stays usable. Responses are written by the same encoder as over SSE.
+
+Bounds (ServeArgs.limits): a frame larger than max_ws_frame_bytes (or max_body_bytes) is answered with a `too_large`
+error frame and dropped at once; frames sent ahead of the one being answered may hold max_ws_queued_bytes and
+INBOX frames, past either the connection is closed (1008), so a client cannot park memory here nor, by stopping
+to read, make the WebSocket library queue it; a connection with no frame and no response in progress for
+ws_idle_timeout_s is closed (1000); one key holds at most max_websockets_per_key connections on this replica (more
+are refused with 429 at the handshake).
 """
 
 from __future__ import annotations
@@ -44,8 +51,20 @@ logger = logging.getLogger("ray.serve")
 PATH = "/v1/responses"
 _ACK = re.compile(r'^\s*\{\s*"type"\s*:\s*"response\.processed"')
 REMEMBERED = 4  # responses per connection that `previous_response_id` can name without the store
-INBOX = 8  # frames read ahead of the one being answered (Codex sends one at a time)
+INBOX = 8  # frames read ahead of the one being answered (Codex sends one at a time, and small acknowledgements)
 KEEPALIVE = b'{"type":"keepalive"}'
+POLICY_VIOLATION = 1008
+
+
+class TooLarge:
+    """In the inbox instead of a frame past the size cap (its text is not kept): answered with an error frame."""
+
+    def __init__(self, size: int, cap: int) -> None:
+        self.size, self.cap = size, cap
+
+
+class Overrun(Exception):
+    """The client sent more ahead than the inbox holds."""
 
 
 class CreateFrame(responses.ResponsesRequest):
@@ -76,6 +95,66 @@ class SocketWire:
         return []
 
 
+class Inbox:
+    """Frames read ahead of the one being answered, bounded in count and bytes; a frame past `frame_cap` is kept
+    only as its size. Past either bound `put` raises Overrun (the reader ends and the connection is closed)."""
+
+    def __init__(self, frame_cap: int, max_bytes: int) -> None:
+        self.frame_cap, self._max_bytes = frame_cap, max_bytes
+        self._queue: asyncio.Queue["str | TooLarge"] = asyncio.Queue()
+        self._bytes = 0
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    def put(self, text: str) -> None:
+        size = len(text)  # characters: a lower bound of the frame's bytes, and what it costs here
+        if size > self.frame_cap:
+            self.put_too_large(size)
+            return
+        if self._queue.qsize() >= INBOX or (not self._queue.empty() and self._bytes + size > self._max_bytes):
+            raise Overrun(f"{self._queue.qsize()} frames, {self._bytes + size} bytes ahead")
+        self._bytes += size
+        self._queue.put_nowait(text)
+
+    def put_too_large(self, size: int) -> None:
+        if self._queue.qsize() >= INBOX:
+            raise Overrun(f"{self._queue.qsize()} frames ahead")
+        self._queue.put_nowait(TooLarge(size, self.frame_cap))
+
+    async def get(self) -> "str | TooLarge":
+        item = await self._queue.get()
+        if isinstance(item, str):
+            self._bytes -= len(item)
+        return item
+
+
+def _overran(reader: asyncio.Future) -> bool:
+    return reader.done() and not reader.cancelled() and isinstance(reader.exception(), Overrun)
+
+
+async def _close(ws: WebSocket, code: int, reason: str) -> None:
+    try:
+        await ws.close(code=code, reason=reason)
+    except (RuntimeError, WebSocketDisconnect):  # already closed by the client
+        pass
+
+
+async def _refuse_upgrade(ws: WebSocket, err: RequestError) -> None:
+    """Refuse the handshake with the HTTP status of `err` (as the auth middleware refuses one), or 403 where the
+    server cannot send an HTTP answer to an upgrade."""
+    scope_ext = ws.scope.get("extensions") or {}
+    if "websocket.http.response" not in scope_ext:
+        await ws.close(code=POLICY_VIOLATION)
+        return
+    status, body, headers = ErrorEnvelopes().parts(PATH, err)
+    raw = orjson.dumps(body)
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    hdrs += [(k.lower().encode(), str(v).encode()) for k, v in (headers or {}).items()]
+    await ws.send({"type": "websocket.http.response.start", "status": status, "headers": hdrs})
+    await ws.send({"type": "websocket.http.response.body", "body": raw})
+
+
 def error_frame(err: RequestError) -> str:
     status, body, headers = ErrorEnvelopes().parts(PATH, err)  # the Responses API speaks OpenAI's envelope
     frame: dict[str, Any] = {"type": "error", "status": status, **body}
@@ -90,25 +169,51 @@ class ResponsesSocket:
     def __init__(self, handler: ResponsesHandler, limiter: KeyLimiter) -> None:
         self._handler = handler
         self._limiter = limiter
+        self._open: dict[str, int] = {}  # open connections per key on this replica
 
     async def serve(self, ws: WebSocket) -> None:
+        who = current_identity() or ""
+        cap = self._handler.ctx.args.limits.max_websockets_per_key
+        if cap is not None and self._open.get(who, 0) >= cap:
+            await _refuse_upgrade(ws, RequestError(
+                "rate_limit", f"this key already has {cap} open Responses WebSockets here (limits."
+                "max_websockets_per_key): close one or use HTTP", retry_after=5))  # fmt: skip
+            return
+        self._open[who] = self._open.get(who, 0) + 1
+        try:
+            await self._serve(ws)
+        finally:
+            self._open[who] -= 1
+            if not self._open[who]:
+                del self._open[who]
+
+    async def _serve(self, ws: WebSocket) -> None:
         await ws.accept()
+        limits = self._handler.ctx.args.limits
         remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=INBOX)  # full: the client's frames wait in TCP
+        inbox = Inbox(min(limits.max_ws_frame_bytes, limits.max_body_bytes), limits.max_ws_queued_bytes)
         reader = asyncio.ensure_future(self._read(ws, inbox))
         turn: asyncio.Future | None = None
         try:
             while True:
-                if reader.done() and inbox.empty():
+                if reader.done():  # the client left (what it sent ahead goes unanswered) or overran
+                    if _overran(reader):
+                        await _close(ws, POLICY_VIOLATION, "too many frames sent ahead of the response")
                     return
                 next_frame = asyncio.ensure_future(inbox.get())
-                await asyncio.wait((next_frame, reader), return_when=asyncio.FIRST_COMPLETED)
-                if not next_frame.done():  # the client left between responses
+                await asyncio.wait((next_frame, reader), timeout=limits.ws_idle_timeout_s,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if not next_frame.done():  # the client left or overran between responses, or sent nothing for long
                     next_frame.cancel()
-                    return
+                    if not reader.done():
+                        await _close(ws, 1000, "idle")
+                        return
+                    continue  # the top of the loop tells how the reader ended
                 turn = asyncio.ensure_future(self._answer(ws, next_frame.result(), remembered))
                 await asyncio.wait((turn, reader), return_when=asyncio.FIRST_COMPLETED)
-                if not turn.done():  # the client left mid-response: end it (the lifecycle releases everything)
+                if not turn.done():  # the client left (or overran) mid-response: end it (the lifecycle releases all)
+                    if _overran(reader):
+                        await _close(ws, POLICY_VIOLATION, "too many frames sent ahead of the response")
                     return
                 if turn.exception() is not None:  # the connection broke while answering
                     if not isinstance(turn.exception(), WebSocketDisconnect):
@@ -122,8 +227,9 @@ class ResponsesSocket:
                 await asyncio.gather(turn, return_exceptions=True)
 
     @staticmethod
-    async def _read(ws: WebSocket, inbox: asyncio.Queue[str]) -> None:
-        """Frames into `inbox` until the client goes (then this task ends: that is how `serve` learns it)."""
+    async def _read(ws: WebSocket, inbox: "Inbox") -> None:
+        """Frames into `inbox` until the client goes (then this task ends: that is how `serve` learns it), or sends
+        more ahead than the inbox holds (Overrun). Never waits on the inbox, so the library queues nothing."""
         try:
             while True:
                 message = await ws.receive()
@@ -131,13 +237,23 @@ class ResponsesSocket:
                     return
                 text = message.get("text")
                 if text is None and message.get("bytes") is not None:
-                    text = message["bytes"].decode("utf-8", "replace")
+                    raw = message["bytes"]
+                    text = raw.decode("utf-8", "replace") if len(raw) <= inbox.frame_cap else None
+                    if text is None:
+                        inbox.put_too_large(len(raw))
+                        continue
                 if text is not None:
-                    await inbox.put(text)
+                    inbox.put(text)
         except (WebSocketDisconnect, RuntimeError):
             return
 
-    async def _answer(self, ws: WebSocket, text: str, remembered: OrderedDict[str, list[dict[str, Any]]]) -> None:
+    async def _answer(self, ws: WebSocket, text: "str | TooLarge",
+                      remembered: OrderedDict[str, list[dict[str, Any]]]) -> None:  # fmt: skip
+        if isinstance(text, TooLarge):  # a frame is a request body: the same cap
+            err = RequestError("too_large", f"request frame of {text.size} bytes exceeds {text.cap} bytes")
+            metrics.REQUESTS.labels("responses_ws", "unknown", str(err.status)).inc()
+            await ws.send_text(error_frame(err))
+            return
         if _ACK.search(text[:200]):  # newer Codex acknowledges each response; no answer is expected
             return
         arrived = time.perf_counter()
@@ -148,9 +264,6 @@ class ResponsesSocket:
                 if self._limiter.active():
                     held = await asyncio.to_thread(self._limiter.acquire, current_identity() or "")
                 spec = self._handler.ctx.args.limits
-                cap = spec.max_body_bytes
-                if len(text) > cap:  # a frame is a request body: the same cap
-                    raise RequestError("too_large", f"request frame exceeds {cap} bytes")
                 body = parse_json(text, CreateFrame, spec)
 
                 async def recall(response_id: str) -> list[Any] | None:

@@ -5,6 +5,9 @@ Keys are held only as sha256 hex digests (ServeArgs.api_keys; AGENTSERVE_API_KEY
 (OpenAI SDKs, Codex) or `x-api-key: KEY` (Anthropic SDKs, Claude Code). Rejection happens before the body is
 read, in the envelope of the API the path belongs to (401 `authentication_error`). The caller's identity
 (the key's digest) is what per-key limits and the Responses store are scoped by (`current_identity`).
+
+The admin routes (`/v1/admin/*`) take a credential of their own (ServeArgs.admin.keys; AGENTSERVE_ADMIN_KEYS adds
+plain ones), never an API key: without one configured they do not exist (404), with one every other key gets 401.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from agentserve.protocol.errors import RequestError
 from agentserve.ingress.errors import ErrorEnvelopes
 
 ENV_VAR = "AGENTSERVE_API_KEYS"
+ADMIN_ENV_VAR = "AGENTSERVE_ADMIN_KEYS"
+ADMIN_PREFIX = "/v1/admin"
 OPEN_PATHS = frozenset({"/", "/health", "/-/healthz", "/-/routes"})  # harness, load balancer and Serve probes
 
 _IDENTITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentserve_identity", default=None)
@@ -30,9 +35,9 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def keys_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
-    """Digests of the plain keys in AGENTSERVE_API_KEYS (comma separated)."""
-    raw = (environ if environ is not None else os.environ).get(ENV_VAR, "")
+def keys_from_env(environ: dict[str, str] | None = None, *, var: str = ENV_VAR) -> tuple[str, ...]:
+    """Digests of the plain keys in AGENTSERVE_API_KEYS (or `var`, comma separated)."""
+    raw = (environ if environ is not None else os.environ).get(var, "")
     return tuple(hash_key(k.strip()) for k in raw.split(",") if k.strip())
 
 
@@ -84,12 +89,18 @@ class KeySet:
         return ok
 
 
-class AuthMiddleware:
-    """401 unless a configured key is presented; sets `current_identity()` for the rest of the request."""
+def is_admin_path(path: str) -> bool:
+    return path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
 
-    def __init__(self, app: ASGIApp, keys: KeySet, envelopes: ErrorEnvelopes) -> None:
+
+class AuthMiddleware:
+    """401 unless a configured key is presented (an admin key on the admin routes, which are 404 without one);
+    sets `current_identity()` for the rest of the request."""
+
+    def __init__(self, app: ASGIApp, keys: KeySet, envelopes: ErrorEnvelopes, admin: KeySet | None = None) -> None:
         self.app = app
         self.keys = keys
+        self.admin = admin if admin is not None else KeySet()
         self._envelopes = envelopes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,21 +109,34 @@ class AuthMiddleware:
             return
         key = presented_key(scope.get("headers", []))
         path = scope.get("path", "")
-        if self.keys and path not in OPEN_PATHS and not self.keys.accepts(key):
+        if is_admin_path(path):
+            if not self.admin:  # no admin credential configured: the admin routes are not there
+                await self._refuse(scope, receive, send, RequestError("not_found", "Not Found"))  # as any unknown path
+                return
+            if not self.admin.accepts(key):
+                what = "invalid admin key" if key is not None else "missing admin key (x-api-key or Authorization: Bearer)"
+                await self._refuse(scope, receive, send, RequestError("authentication", what))
+                return
+        elif self.keys and path not in OPEN_PATHS and not self.keys.accepts(key):
             message = "invalid API key" if key is not None else "missing API key (x-api-key or Authorization: Bearer)"
-            resp = self._envelopes.response(path, RequestError("authentication", message))
-            resp.headers["www-authenticate"] = "Bearer"
-            if scope["type"] == "http":
-                await resp(scope, receive, send)
-            elif "websocket.http.response" in scope.get("extensions", {}):  # the 401 itself, as over HTTP
-                await send({"type": "websocket.http.response.start", "status": resp.status_code,
-                            "headers": resp.raw_headers})  # fmt: skip
-                await send({"type": "websocket.http.response.body", "body": resp.body})
-            else:  # refuse the upgrade (the client sees 403)
-                await send({"type": "websocket.close", "code": 1008})
+            await self._refuse(scope, receive, send, RequestError("authentication", message))
             return
         token = _IDENTITY.set(identity_of(key))
         try:
             await self.app(scope, receive, send)
         finally:
             _IDENTITY.reset(token)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, err: RequestError) -> None:
+        path = scope.get("path", "")
+        resp = self._envelopes.response(path, err)
+        if err.kind == "authentication":
+            resp.headers["www-authenticate"] = "Bearer"
+        if scope["type"] == "http":
+            await resp(scope, receive, send)
+        elif "websocket.http.response" in scope.get("extensions", {}):  # the 401 itself, as over HTTP
+            await send({"type": "websocket.http.response.start", "status": resp.status_code,
+                        "headers": resp.raw_headers})  # fmt: skip
+            await send({"type": "websocket.http.response.body", "body": resp.body})
+        else:  # refuse the upgrade (the client sees 403)
+            await send({"type": "websocket.close", "code": 1008})

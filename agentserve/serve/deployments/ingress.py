@@ -23,8 +23,10 @@ from agentserve.ingress.lifecycle import RequestPath
 from agentserve.ingress.observers.setup import observers_from
 from agentserve.ingress.output.detokenize import special_tokens
 from agentserve.preprocess.tokenizer import load_tokenizer
+from agentserve.serve import client_headers
 from agentserve.serve.handles import on_this_process
 from agentserve.serve.ray_metrics import start_export
+from agentserve.serve.state_args import secret_keys_at_start
 from agentserve.state import open_backend
 
 logger = logging.getLogger("ray.serve")
@@ -42,7 +44,9 @@ class Ingress:
         router: DeploymentHandle,
         engines: dict[str, DeploymentHandle],  # per catalog model id
     ) -> None:
-        config = ServeArgs.from_any(args)
+        # The secret key is read here, as this replica starts, never shipped in the args (state_args.py).
+        config = secret_keys_at_start(ServeArgs.from_any(args))
+        client_headers.install(config.limits.max_request_timeout_s)  # before Serve's HTTP server starts
         resolved = ResolvedCatalog.from_any(catalog)
         preprocessor, router = on_this_process(preprocessor), on_this_process(router)
         engines = {m: on_this_process(h) for m, h in engines.items()}

@@ -74,7 +74,7 @@ class RouterReplica:
         self._subscriber = KvEventSubscriber(on_update=self._wake) if events else None
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
-        self._adapters = RuntimeAdapters(resolved.models)  # LoRA adapters loaded at run time, per model
+        self._adapters = RuntimeAdapters(resolved.models, max_runtime=self._args.admin.max_runtime_adapters)  # LoRA adapters loaded at run time, per model
 
     def _bind_loop(self) -> None:
         if self._loop is None:

@@ -110,6 +110,7 @@ def test_serve_config_v2_is_the_gpu_config_with_values_applied():
     expected = gpu["applications"][0]["args"]
     expected["model"].update(values.model)
     expected["state"] = {**expected.get("state", {}), "backend": "postgres"}  # many nodes share one database
+    expected["admin"] = {"adapter_root": "/models/adapters"}  # run-time adapters only from the model cache
     assert cfg["applications"][0]["args"] == expected
     assert cfg["applications"][0]["import_path"] == gpu["applications"][0]["import_path"]
 
@@ -229,6 +230,8 @@ def test_every_pod_reads_the_secret_key_and_postgres_dsn_from_the_kubernetes_sec
             ("AGENTSERVE_SECRET_KEY", secret.secret_key, False),  # required: no pod starts without it
             ("AGENTSERVE_PREVIOUS_SECRET_KEYS", secret.previous_secret_keys, True),
             ("AGENTSERVE_POSTGRES_DSN", secret.postgres_dsn, False),
+            ("AGENTSERVE_API_KEYS", secret.api_keys, False),  # required: the Serve config listens on 0.0.0.0
+            ("AGENTSERVE_ADMIN_KEYS", secret.admin_keys, True),  # without it the admin routes do not exist
         ]:
             assert env[name]["valueFrom"]["secretKeyRef"] == {"name": secret.name, "key": key, "optional": optional}
             assert "value" not in env[name]  # never a literal in the manifest
@@ -236,3 +239,27 @@ def test_every_pod_reads_the_secret_key_and_postgres_dsn_from_the_kubernetes_sec
     assert args.state.backend == "postgres" and args.state.postgres_dsn is None and args.secret_key is None
     assert not args.allow_generated_secret_key
 
+
+
+def test_the_network_facing_deployment_is_authenticated_and_ray_is_not_on_the_pod_network(monkeypatch):
+    doc = load("rayservice.yaml")
+    cfg = serve_cfg(doc)
+    args = ServeArgs.from_any(cfg["applications"][0]["args"])
+    host = cfg["http_options"]["host"]
+    assert host == "0.0.0.0" and not args.api_keys and not args.allow_unauthenticated
+    with pytest.raises(ValueError, match="AGENTSERVE_API_KEYS"):  # what build_app does without the Secret's keys
+        args.check_exposure(host)
+    assert doc["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}  # Ray's own token auth
+    assert args.admin.keys == () and args.admin.adapter_root == "/models/adapters"
+    policy = load("networkpolicy.yaml")
+    assert policy["kind"] == "NetworkPolicy" and policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "agentserve"}
+    rules = policy["spec"]["ingress"]
+    open_ports = {p["port"] for r in rules if "from" not in r for p in r["ports"]}
+    assert open_ports == {8000}  # from anywhere: only the Serve HTTP port (HAProxy, API keys)
+    for rule in rules:
+        ports = {p["port"] for p in rule.get("ports", [])}
+        if {6379, 8265, 10001} & ports or not ports:  # Ray's ports: only from its own pods or the operator
+            assert all("podSelector" in peer or "namespaceSelector" in peer for peer in rule["from"]), rule
+    pods = [rule for rule in rules if not rule.get("ports")]
+    assert pods == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "agentserve"}}}]}]

@@ -81,7 +81,7 @@ class FakeEngine:
 
 
 def _ctx(router: FakeRouter, engines: dict[str, FakeEngine]) -> IngressContext:
-    args = ServeArgs(models=MODELS)
+    args = ServeArgs(models=MODELS, admin={"adapter_root": "/"})  # any absolute path; tests below narrow it
     path = SimpleNamespace(router=router, unary_engines=engines)
     return IngressContext(args=args, catalog=Catalog(args.resolve_catalog().models), path=path, preprocessor=None)
 
@@ -131,16 +131,17 @@ def test_a_load_reaches_every_replica_then_is_served_under_its_names():
     assert card["root"] == "pirate" and card["parent"] == "base/a"
 
 
-# The route's bytes, recorded before the Router and engine calls became typed messages (git 0833738).
+# The route's bytes, recorded before the Router and engine calls became typed messages (git 0833738); a failed
+# load no longer carries the engine's own words (issue 29).
 _GOLDEN = [
     ({"r1": "ok", "r2": "ok"}, {"model": "a", "id": "pirate", "path": "/p", "aliases": ["arr"]}, 200,
      '{"object":"model","id":"pirate","parent":"base/a","path":"/p","aliases":["arr"],"replicas":["r1","r2"]}'),
     ({"r2": "ok", "r1": "ok", "r3": "ok"}, {"model": "base/a", "id": "x", "path": "/x"}, 200,
      '{"object":"model","id":"x","parent":"base/a","path":"/x","aliases":[],"replicas":["r1","r2","r3"]}'),
     ({"r1": "ok", "r2": "cannot load: bad"}, {"model": "a", "id": "pirate", "path": "/p"}, 400,
-     '{"error":{"message":"cannot load LoRA adapter \'pirate\' on base/a: replica r2: cannot load: bad. It w'
-     'as loaded on r1 before the failure and stays inert there (not served).","type":"invalid_request_error",'
-     '"param":"path","code":"adapter_load_failed"}}'),
+     '{"error":{"message":"cannot load LoRA adapter \'pirate\' on base/a: replica r2: the engine refused it '
+     '(the reason is in that replica\'s log). It was loaded on r1 before the failure and stays inert there (not '
+     'served).","type":"invalid_request_error","param":"path","code":"adapter_load_failed"}}'),
     ({"r1": "gone"}, {"model": "a", "id": "pirate", "path": "/p"}, 503,
      '{"error":{"message":"no engine replica of base/a is running: load the adapter once one is",'
      '"type":"server_error","param":null,"code":null}}'),
@@ -161,7 +162,8 @@ def test_a_failure_on_one_replica_serves_nothing_and_names_where_it_loaded():
     ctx, router, engine = _setup({"r1": "ok", "r2": "cannot load LoRA adapter 'pirate': no adapter_config.json"})
     status, err = _refused(ctx, {"model": "base/a", "id": "pirate", "path": "/bad"})
     assert status == 400 and err["type"] == "invalid_request_error" and err["code"] == "adapter_load_failed"
-    assert "no adapter_config.json" in err["message"] and "r2" in err["message"]
+    assert "r2" in err["message"]
+    assert "adapter_config.json" not in err["message"]  # the engine's words stay in its log
     assert "loaded on r1" in err["message"]
     with pytest.raises(RequestError):
         ctx.catalog.lookup("pirate")
@@ -344,3 +346,83 @@ def test_a_restarted_router_relearns_adapters_from_the_replicas_that_hold_them()
     assert [s.id for s in reg.for_model("base/a")] == ["pirate"]
     with pytest.raises(RequestError):  # and a relearnt id is refused like any served one
         reg.claim("base/b", LoraAdapterSpec(id="pirate", path="/x"))
+
+
+# -- what an admin key may name (issue 29) -------------------------------------------------------------------------
+
+
+def _rooted(root: str | None) -> tuple[IngressContext, FakeEngine]:
+    ctx, _, engine = _setup({"r1": "ok"})
+    args = ServeArgs(models=MODELS, admin={"adapter_root": root})
+    return IngressContext(args=args, catalog=ctx.catalog, path=ctx.path, preprocessor=None), engine
+
+
+def test_a_path_outside_the_adapter_root_or_a_hub_id_never_reaches_an_engine(tmp_path):
+    root, outside = tmp_path / "adapters", tmp_path / "secrets"
+    (root / "good").mkdir(parents=True)
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)  # a link inside the root that leads out of it
+    ctx, engine = _rooted(str(root))
+    for path in ("HuggingFaceTB/some-adapter", "good", f"{root}/../secrets", f"{root}/escape", str(outside),
+                 str(root), "/etc"):  # fmt: skip
+        status, err = _refused(ctx, {"model": "a", "id": "x", "path": path})
+        assert (status, err["code"], err["param"]) == (400, "adapter_path_refused", "path"), path
+    assert engine.load_adapter.calls == []
+    body = _load(ctx, {"model": "a", "id": "x", "path": f"{root}/./good"})
+    assert body["path"] == str((root / "good").resolve())  # what the engines were given: the resolved path
+    assert engine.load_adapter.calls[0][0].path == str((root / "good").resolve())
+
+
+def test_without_an_adapter_root_run_time_loads_are_refused():
+    ctx, engine = _rooted(None)
+    status, err = _refused(ctx, {"model": "a", "id": "x", "path": "/adapters/x"})
+    assert (status, err["code"]) == (400, "adapter_root_unset") and "admin.adapter_root" in err["message"]
+    assert engine.load_adapter.calls == []
+
+
+def test_an_engine_error_is_logged_not_echoed(caplog):
+    secret = "cannot read /models/private/adapter_config.json: {'token': 'hf_abc'}"
+    ctx, _, _ = _setup({"r1": secret})
+    status, err = _refused(ctx, {"model": "a", "id": "x", "path": "/p"})
+    assert status == 400 and err["code"] == "adapter_load_failed" and "r1" in err["message"]
+    assert "hf_abc" not in err["message"] and "/models/private" not in err["message"]
+    assert secret in caplog.text  # the operator still finds it
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hosted_vllm/a", "openai/base/a", "openai/declared", "x/y/b",  # reach a catalog name by suffix today
+        "claude-sonnet-4-5", "claude-opus-4-1-20250805", "haiku", "sonnet", "anthropic/claude-x",  # Claude Code's
+        "gpt-5.5", "openai/gpt-5-codex", "o3", "o4-mini", "codex-mini-latest", "GPT-4o",  # Codex's and OpenClaw's
+    ],
+)
+def test_a_name_that_resolves_today_or_that_harnesses_send_is_refused(name):
+    ctx, _, engine = _setup({"r1": "ok"})
+    for body in ({"model": "a", "id": name, "path": "/p"}, {"model": "a", "id": "fresh", "path": "/p", "aliases": [name]}):
+        status, err = _refused(ctx, body)
+        assert status == 400 and err["code"] in ("adapter_exists", "adapter_name_reserved"), (body, err)
+    assert engine.load_adapter.calls == []
+    with pytest.raises(RequestError):  # and nothing got served under it
+        ctx.catalog.lookup("fresh")
+
+
+def test_a_loaded_adapter_cannot_be_shadowed_by_a_prefixed_name():
+    ctx, _, _ = _setup({"r1": "ok"})
+    _load(ctx, {"model": "a", "id": "pirate", "path": "/p"})
+    status, err = _refused(ctx, {"model": "a", "id": "openai/pirate", "path": "/q"})
+    assert (status, err["code"]) == (400, "adapter_exists") and "reach 'pirate'" in err["message"]
+
+
+def test_run_time_adapters_are_capped_per_model():
+    reg = RuntimeAdapters(MODELS, max_runtime=2)
+    reg.claim("base/a", LoraAdapterSpec(id="p", path="/p"))
+    reg.claim("base/a", LoraAdapterSpec(id="q", path="/q"))
+    reg.commit("base/a", "p")
+    with pytest.raises(RequestError) as info:
+        reg.claim("base/a", LoraAdapterSpec(id="r", path="/r"))  # committed and pending both count
+    assert info.value.code == "adapter_limit"
+    reg.release("base/a", "q")  # a failed load frees its place
+    reg.claim("base/a", LoraAdapterSpec(id="r", path="/r"))
+    reg.claim("base/b", LoraAdapterSpec(id="s", path="/s"))  # per model
+    assert ServeArgs().admin.max_runtime_adapters == 8

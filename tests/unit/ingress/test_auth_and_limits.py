@@ -187,3 +187,60 @@ def test_body_limits(body, kind):
 
 def test_body_within_limits_passes():
     check_body({"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "f", "input_schema": {"type": "object"}}]}, LimitsSpec())
+
+
+# -- the admin routes' own credential (issue 29) -------------------------------------------------------------------
+
+ADMIN = "admin-secret"
+
+
+def _admin_app(api_keys: list[str], admin_keys: list[str]) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/v1/admin/adapters")
+    async def load():
+        return JSONResponse({"loaded": True})
+
+    @app.post("/v1/chat/completions")
+    async def chat():
+        return JSONResponse({"who": current_identity()})
+
+    app.add_middleware(AuthMiddleware, keys=KeySet(map(hash_key, api_keys)), envelopes=ENVELOPES,
+                       admin=KeySet(map(hash_key, admin_keys)))  # fmt: skip
+    return app
+
+
+def _post(app: FastAPI, path: str, key: str | None) -> httpx.Response:
+    async def go() -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.post(path, json={}, headers=headers)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("api_keys", [[], [KEY]])
+def test_the_admin_route_is_not_there_without_an_admin_credential(api_keys):
+    app = _admin_app(api_keys, [])
+    for key in (None, KEY, ADMIN):  # with no keys at all (make serve) as with API keys: nobody reaches it
+        r = _post(app, "/v1/admin/adapters", key)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", (key, r.text)
+
+
+@pytest.mark.parametrize("api_keys", [[], [KEY]])
+def test_only_an_admin_key_opens_the_admin_route(api_keys):
+    app = _admin_app(api_keys, [ADMIN])
+    assert _post(app, "/v1/admin/adapters", ADMIN).json() == {"loaded": True}
+    for key in (None, KEY, "guess"):
+        r = _post(app, "/v1/admin/adapters", key)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (key, r.text)
+    if api_keys:  # and an admin key is no API key
+        assert _post(app, "/v1/chat/completions", ADMIN).status_code == 401
+        assert _post(app, "/v1/chat/completions", KEY).status_code == 200
+
+
+def test_admin_keys_are_digests_and_come_from_their_own_env_var():
+    assert keys_from_env({"AGENTSERVE_ADMIN_KEYS": "a, b"}, var="AGENTSERVE_ADMIN_KEYS") == (hash_key("a"), hash_key("b"))
+    assert keys_from_env({"AGENTSERVE_ADMIN_KEYS": "a"}) == ()  # not an API key
+    with pytest.raises(ValueError, match="admin.keys"):
+        ServeArgs(admin={"keys": ["plain-key"]})

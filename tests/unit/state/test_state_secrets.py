@@ -11,7 +11,7 @@ import pytest
 from agentserve.apis.anthropic.signature import ThinkingSigner
 from agentserve.apis.responses.sealing import SealedReasoning, Sealer, SealError
 from agentserve.config import ServeArgs, StateSpec
-from agentserve.serve.state_args import settle_state
+from agentserve.serve.state_args import secret_keys_at_start, settle_state
 from agentserve.state import data_dir
 from agentserve.state.secrets import GeneratedKeyRefused, load_or_create_key, resolve_secret_keys
 
@@ -61,18 +61,26 @@ def test_previous_keys_from_config_and_env_without_the_current_one(tmp_path):
     assert keys.current == "new" and keys.previous == ("old1", "old2")
 
 
-def test_settle_state_pins_the_data_dir_and_the_key_for_every_replica(tmp_path, monkeypatch):
+def test_settle_state_pins_the_data_dir_and_checks_the_key_without_binding_it(tmp_path, monkeypatch):
     monkeypatch.delenv("AGENTSERVE_SECRET_KEY", raising=False)
     env = {"AGENTSERVE_DATA_DIR": str(tmp_path / "data"), "AGENTSERVE_PREVIOUS_SECRET_KEYS": "old"}
     settled = settle_state(ServeArgs(), env, multi_node=False)
-    assert settled.state.data_dir == str(tmp_path / "data") and settled.previous_secret_keys == ("old",)
-    assert settled.secret_key == (tmp_path / "data" / "secret_key").read_text().strip()
-    again = settle_state(ServeArgs(), env, multi_node=False)  # a redeploy or restart: the same key
-    assert again.secret_key == settled.secret_key
+    assert settled.state.data_dir == str(tmp_path / "data")
+    assert settled.secret_key is None and settled.previous_secret_keys == ()  # never in the deployments' args
+    generated = (tmp_path / "data" / "secret_key").read_text().strip()  # created now, read by the Ingress at start
+    started = secret_keys_at_start(settled, env)
+    assert started.secret_key == generated and started.previous_secret_keys == ("old",)
+    again = secret_keys_at_start(settle_state(ServeArgs(), env, multi_node=False), env)  # a redeploy: the same key
+    assert again.secret_key == generated
     # The settled args round-trip through the dict every deployment receives.
     assert ServeArgs.from_any(settled.model_dump(mode="json")) == settled
     with pytest.raises(GeneratedKeyRefused):
         settle_state(ServeArgs(), env, multi_node=True)
+    # Allowed explicitly on many nodes, a generated key travels (other nodes cannot read this node's file).
+    assert settle_state(ServeArgs(allow_generated_secret_key=True), env, multi_node=True).secret_key == generated
+    from_env = {**env, "AGENTSERVE_SECRET_KEY": "from-the-secret"}
+    assert settle_state(ServeArgs(), from_env, multi_node=True).secret_key is None
+    assert secret_keys_at_start(settle_state(ServeArgs(), from_env, multi_node=False), from_env).secret_key == "from-the-secret"
 
 
 def test_data_dir_default_and_env():
