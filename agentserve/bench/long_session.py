@@ -89,6 +89,7 @@ def graph_args(max_turns: int, seed: int, result_tokens: int, data_dir: str, sec
     args["engine"] = {"kind": "scripted", "block_size": args["engine"]["block_size"], "rules": rules}
     args["state"] = {**args.get("state", {}), "data_dir": data_dir}
     args["secret_key"] = secret_key
+    args["doctor"] = {**args.get("doctor", {}), "header": "always"}  # one client: its own prefix report per turn
     return args
 
 
