@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from agentserve.preprocess.render import plan_messages
 from agentserve.preprocess.replay import policy_for
 from agentserve.preprocess.splice import SpanMemo, Spliced, TurnSlot, splice
 from agentserve.preprocess.template_caps import inspect_template
+from agentserve.preprocess.template_kwargs import TemplateKwargs
+from agentserve.preprocess.template_render import BudgetedTemplate, OutputTooLong, RenderBudget, RenderBudgetExceeded
 from agentserve.preprocess.thinking_switch import probe as probe_thinking_switch
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.preprocess.turn_digest import chain, header_digest, kept_key
@@ -27,11 +30,9 @@ from agentserve.protocol import (
     GenerationRequest,
     Preprocessed,
     PromptReport,
-    ReasoningBlock,
     RouteRequest,
     SamplingParams,
     TextBlock,
-    ToolResultBlock,
 )
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 from agentserve.state.kept_turns import KeptTurnStore
@@ -78,9 +79,13 @@ def _has_assistant(request: GenerationRequest) -> bool:
     return any(t.role == "assistant" for t in request.conversation.turns[:-1])
 
 
-# Render and tokenize grow with the prompt (the tokenizer is most of it): below this a prompt costs less than handing
-# it to a worker thread does (docs/BENCHMARKS.md, "One hop at a time").
-CHEAP_CHARS = 2048
+def _longest_token_chars(tokenizer: Any) -> int:
+    """An upper bound on the characters one token stands for: a rendering longer than the window times this cannot
+    fit the window, whatever it tokenizes to (vocabulary strings are at least as long as the text they decode to)."""
+    try:
+        return max(1, max(map(len, tokenizer.get_vocab())))
+    except (AttributeError, TypeError, ValueError):
+        return 1024
 
 
 class Preprocessor:
@@ -94,6 +99,7 @@ class Preprocessor:
         kept: KeptTurnStore | None = None,  # kept turns to splice back (None: every turn is re-rendered)
         clamp_max_tokens: bool = True,  # max_tokens past the window: cut to what is left (False: refuse)
         scripted: bool = False,  # the engine is the scripted test double: requests carry the text its rules match
+        render_budget: RenderBudget = RenderBudget(),  # one render's wall clock and output cap
     ) -> None:
         self._model = model
         self._scripted = scripted
@@ -105,16 +111,20 @@ class Preprocessor:
         self._block_size = block_size
         self._policy = policy_for(model.reasoning_parser, model.replay_family)
         self._caps = inspect_template(self._tok.chat_template or "")
+        special = getattr(self._tok, "special_tokens_map", {}) or {}
+        self._template = BudgetedTemplate(self._tok.chat_template or "", special, render_budget)
+        self._client_kwargs = TemplateKwargs(self._caps, special)
+        # Past this many characters a rendering cannot fit the window: refused before it is tokenized.
+        self._token_chars = _longest_token_chars(self._tok)
+        self._window_chars = model.context_window * self._token_chars
         # The template's thinking on/off variable, whatever it is called (None: it has none).
         self._switch = probe_thinking_switch(
-            lambda kw: self._tok.apply_chat_template(
-                [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False, **kw
-            ),
+            lambda kw: self._template.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True, **kw),
             self._caps.variables,
             open_marker=self._policy.think_open.strip(),
             close_marker=self._policy.think_close.strip(),
         )
-        self._literals = LiteralGuard(self._tok)  # special-token text in user content stays text
+        self._literals = LiteralGuard(self._tok)  # special-token text in client content stays text
         # Where this template takes later system messages and text beside tool results (probed once per template).
         self._placement = placement_for(self._tok.chat_template or "", self._policy.family, self._probe_text)
         added = getattr(self._tok, "added_tokens_decoder", {}) or {}
@@ -123,16 +133,19 @@ class Preprocessor:
     def _probe_text(self, conversation: Conversation, placement: Placement, add_generation_prompt: bool) -> str:
         """A probe conversation rendered by the template as requests are (thinking as by default)."""
         plan = plan_messages(conversation, self._policy, self._caps, placement)
-        return self._tok.apply_chat_template(
+        return self._template.render(
             plan.messages,
             tools=[t.openai_schema() for t in conversation.tools] or None,
             add_generation_prompt=add_generation_prompt,
-            tokenize=False,
             **self.template_kwargs({}, None),
         )
 
     def template_kwargs(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
-        """Thinking on by default where the model reasons; never override what the client set."""
+        """Thinking on by default where the model reasons; never override what the client set. The client's own
+        kwargs must be variables of the model's template (a 400 naming the key otherwise: template_kwargs.py)."""
+        return self._with_defaults(self._client_kwargs.check(client), thinking)
+
+    def _with_defaults(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
         kwargs = dict(client)
         if self._model.reasoning_parser is None:
             return kwargs
@@ -155,22 +168,33 @@ class Preprocessor:
     ) -> RenderedPrompt:
         if self._sort_tools:
             conversation = sort_tools(conversation)
-        tools = [t.openai_schema() for t in conversation.tools] or None
+        client_kwargs = self._client_kwargs.check(template_kwargs or {})
+        # Every client string is shielded before the replay policy and the template add their own markers.
+        conversation, tools, client_kwargs, shield = self._literals.shield(
+            conversation, [t.openai_schema() for t in conversation.tools] or None, client_kwargs
+        )
         plan = plan_messages(conversation, self._policy, self._caps, self._placement)
-        messages, tools, shield = self._literals.shield(plan.messages, tools)
-        kwargs = self.template_kwargs(template_kwargs or {}, thinking)
+        messages = plan.messages
+        kwargs = self._with_defaults(client_kwargs, thinking)
+        deadline = time.monotonic() + self._template.budget.deadline_s  # one budget for all of this request's renders
 
         def apply(msgs: list[dict[str, Any]], generation_prompt: bool) -> str:
-            return self._tok.apply_chat_template(
-                msgs, tools=tools, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
-            )
+            try:
+                return self._template.render(
+                    msgs, tools=tools, add_generation_prompt=generation_prompt, max_chars=self._window_chars,
+                    deadline=deadline, **kwargs,
+                )
+            except OutputTooLong as exc:
+                if self._window_chars <= self._template.budget.max_chars:  # provably past the window
+                    raise ContextWindowExceeded(exc.chars // self._token_chars, self._model.context_window) from None
+                raise RenderBudgetExceeded(f"the rendered prompt passed the render budget of "
+                                           f"{self._template.budget.max_chars} characters") from None
+            except RequestError:
+                raise
+            except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
+                raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
 
-        try:
-            text = apply(messages, add_generation_prompt)
-        except RequestError:
-            raise
-        except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
-            raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
+        text = apply(messages, add_generation_prompt)
         spliced = None
         if replay is not None and replay.slots and self._kept is not None:
             # Renderings are remembered by what was rendered; a shield's markers carry a per-render nonce: not then.
@@ -208,27 +232,6 @@ class Preprocessor:
             if turn.role == "assistant" and turn.blocks
         }
         return ReplayKeys(slots, kept_key(digests[-1] if digests else header))
-
-    def cheap(self, request: GenerationRequest) -> bool:
-        """Whether preprocess(request) may run on an event loop: a short prompt, no tool schemas, no image, and
-        no earlier assistant turn (whose kept tokens would be read from the database)."""
-        conv = request.conversation
-        if conv.tools:
-            return False
-        n = 0
-        for turn in conv.turns:
-            if turn.role == "assistant":
-                return False
-            for b in turn.blocks:
-                if isinstance(b, (TextBlock, ReasoningBlock)):
-                    n += len(b.text)
-                elif isinstance(b, ToolResultBlock):
-                    n += len(b.content)
-                else:
-                    return False
-            if n > CHEAP_CHARS:
-                return False
-        return True
 
     def preprocess(self, request: GenerationRequest, scope: str = "", adapter: str | None = None) -> Preprocessed:
         """`scope` is the caller's identity: kept turns are never shared across callers. `adapter`: the LoRA
