@@ -64,6 +64,9 @@ class PreprocessorReplica:
             raise RequestError(
                 "overloaded", f"preprocessing did not finish within {WAIT_S:g} s", retry_after=5.0
             ) from None
+        except asyncio.CancelledError:  # the caller left: work still queued for it is dropped
+            future.cancel()
+            raise
 
     def _for(self, served_id: str | None, base: str | None = None) -> tuple[Preprocessor, str | None]:
         """`base`: the catalog model the ingress resolved `served_id` to; a served id this replica does not know
