@@ -1,27 +1,63 @@
 """The prefix doctor on the serving path: checks that never stall the ingress event loop.
 
 Per check, the loop does a dictionary lookup and, when the prompt extends the whole previous turn
-(the common, healthy case), one C-level compare (~0.4 ms at 100K tokens). Only a divergence needs
-decoding both histories to name its cause (~50-100 ms at 100K tokens): that runs on one worker thread,
-with a decode that releases the GIL, so other streams keep flowing meanwhile. Records copy the turn
-into the byte-bounded memory (C-level) and hand the trace line to a background writer.
+(the common, healthy case), one C-level compare (~0.4 ms at 100K tokens); on a divergence, a chunked
+C-level compare for where it starts (so the counts are exact at once). Only naming its cause needs
+decoding both histories (~50-100 ms at 100K tokens): that runs on one worker thread, with a decode that
+releases the GIL, so other streams keep flowing meanwhile, within a deadline (`DIAGNOSIS_DEADLINE_S`) and
+behind at most `MAX_BACKLOG` others. A request never waits on it: `start` answers at once, and
+`PrefixCheck.report(wait_s)` takes the cause only if it is ready within `wait_s` (the ingress waits only
+while its routing call is out, plus `REPORT_WAIT_S`); otherwise the cause is `undiagnosed`. Records copy
+the turn into the byte-bounded memory (C-level) and hand the trace line to a background writer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from agentserve.doctor.decode import releasing_decode
-from agentserve.doctor.report import Decode, PrefixReport, diagnose
+from agentserve.doctor.report import Decode, PrefixReport, common_prefix_ids, diagnose
 from agentserve.doctor.sessions import LastTurn, SessionMemory
 from agentserve.doctor.trace import BackgroundTraceWriter, TraceTurn
 from agentserve.doctor.tracker import DEFAULT_MAX_BYTES
 
 if TYPE_CHECKING:
     from agentserve.config import ServeArgs
+
+# One diagnosis's wall clock on the worker (the linear scans take a few ms below 100K tokens).
+DIAGNOSIS_DEADLINE_S = 0.5
+# Diagnoses queued or running at most; past it a divergence is reported `undiagnosed` at once.
+MAX_BACKLOG = 16
+# How long a request's admission waits for its cause once routing has answered.
+REPORT_WAIT_S = 0.05
+
+
+class PrefixCheck:
+    """One prompt's check: the counts at once, the cause when the worker has named it."""
+
+    def __init__(self, report: PrefixReport, diagnosis: "asyncio.Future[PrefixReport] | None" = None) -> None:
+        self._report = report
+        self._diagnosis = diagnosis
+
+    async def report(self, wait_s: float | None = None) -> PrefixReport:
+        """The diagnosed report if it is ready within `wait_s` (None: however long it takes), else the counts
+        with cause `undiagnosed`."""
+        if self._diagnosis is None:
+            return self._report
+        if wait_s is not None and not self._diagnosis.done():
+            await asyncio.wait((self._diagnosis,), timeout=wait_s)
+            if not self._diagnosis.done():
+                return self._report
+        return await asyncio.shield(self._diagnosis)
+
+    def cancel(self) -> None:
+        if self._diagnosis is not None:
+            self._diagnosis.cancel()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +108,7 @@ class PrefixDoctor:
         self._trace = trace
         # One thread: attribution uses at most one core, and divergences are diagnosed in arrival order.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefix-doctor")
+        self._backlog = 0
 
     @classmethod
     def from_args(cls, args: "ServeArgs", tokenizer: Any) -> "PrefixDoctor":
@@ -93,22 +130,42 @@ class PrefixDoctor:
     async def check(
         self, session_key: str, prompt_ids: Sequence[int], output_rerendered: bool = False
     ) -> PrefixReport | None:
-        """The report for this prompt against the session's last recorded turn; None for a first turn,
-        an empty key, or a disabled doctor. `prompt_ids` is read, not copied: do not mutate it meanwhile.
+        """The report for this prompt against the session's last recorded turn, diagnosed however long that
+        takes (within the diagnosis deadline); None for a first turn, an empty key, or a disabled doctor."""
+        started = self.start(session_key, prompt_ids, output_rerendered)
+        return None if started is None else await started.report()
+
+    def start(self, session_key: str, prompt_ids: Sequence[int], output_rerendered: bool = False) -> PrefixCheck | None:
+        """The check of this prompt, begun on the loop: the counts now, the cause on the worker. None for a first
+        turn, an empty key, or a disabled doctor. `prompt_ids` is read, not copied: do not mutate it meanwhile.
         `output_rerendered`: the preprocessor re-rendered the previous output (names `output_rerendered`)."""
         if not self._enabled or not session_key:
             return None
         last = self._memory.get(session_key)
         if last is None:
             return None
+        expected = len(last.tokens)
         if last.extended_by(prompt_ids):
-            return PrefixReport(len(last.tokens), len(last.tokens), None)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._diagnose, last, prompt_ids, output_rerendered)
+            return PrefixCheck(PrefixReport(expected, expected, None))
+        at = common_prefix_ids(last.tokens, array("I", prompt_ids[: expected]))
+        counts = PrefixReport(expected, at, "undiagnosed")
+        if self._backlog >= MAX_BACKLOG:
+            return PrefixCheck(counts)
+        self._backlog += 1
+        future = asyncio.get_running_loop().run_in_executor(
+            self._worker, self._diagnose, last, prompt_ids, output_rerendered, at
+        )
+        future.add_done_callback(self._diagnosed)
+        return PrefixCheck(counts, future)
 
-    def _diagnose(self, last: LastTurn, prompt: Sequence[int], output_rerendered: bool) -> PrefixReport:
+    def _diagnosed(self, _: Any) -> None:
+        self._backlog -= 1
+
+    def _diagnose(self, last: LastTurn, prompt: Sequence[int], output_rerendered: bool, at: int) -> PrefixReport:
+        """On the worker, within DIAGNOSIS_DEADLINE_S from when it starts (the backlog is bounded apart)."""
         return diagnose(
-            last.tokens.tolist(), last.prompt_len, prompt, self._decode, self._special, output_rerendered
+            last.tokens.tolist(), last.prompt_len, prompt, self._decode, self._special, output_rerendered,
+            at=at, deadline=time.monotonic() + DIAGNOSIS_DEADLINE_S,
         )
 
     def record(self, session_key: str, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:

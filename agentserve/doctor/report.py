@@ -6,6 +6,7 @@ and the offline SessionTracker), so their reports are the same by construction.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -42,6 +43,18 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def common_prefix_ids(a: array, b: array) -> int:
+    """`common_prefix` for two arrays, compared a chunk at a time in C: ~0.3 ms at 100K tokens, fit for a loop."""
+    n = min(len(a), len(b))
+    i = 0
+    for step in (4096, 256):
+        while i + step <= n and a[i : i + step] == b[i : i + step]:
+            i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def diagnose(
     expected: Sequence[int],
     prompt_len: int,
@@ -49,11 +62,15 @@ def diagnose(
     decode: Decode,
     special_ids: frozenset[int] = frozenset(),
     output_rerendered: bool = False,
+    *,
+    at: int | None = None,
+    deadline: float | None = None,
 ) -> PrefixReport:
     """Compare turn N's prompt + output (`expected`, whose first `prompt_len` tokens were the prompt) with
-    turn N+1's prompt. Decodes whole histories on a divergence: O(context), keep it off an event loop."""
-    at = common_prefix(expected, prompt)
+    turn N+1's prompt. Decodes whole histories on a divergence: O(context), keep it off an event loop.
+    `at`: the common prefix when the caller has it; `deadline`: see causes.attribute."""
+    at = common_prefix(expected, prompt) if at is None else at
     if at == len(expected):
         return PrefixReport(len(expected), at, None)
-    cause = attribute(Divergence(expected, prompt, at, prompt_len, output_rerendered), decode, special_ids)
+    cause = attribute(Divergence(expected, prompt, at, prompt_len, output_rerendered), decode, special_ids, deadline)
     return PrefixReport(len(expected), at, cause)

@@ -33,6 +33,7 @@ from starlette.types import Receive, Scope, Send
 from agentserve import metrics
 from agentserve.config import ModelSpec, ServeArgs
 from agentserve.doctor import PrefixDoctor, PrefixReport
+from agentserve.doctor.prefix_doctor import REPORT_WAIT_S
 from agentserve.ingress.http import SSE_HEADERS
 from agentserve.ingress.observers import TurnEnded, TurnObserver
 from agentserve.ingress.observers.telemetry import StreamObserver, bind_request_id, observe_prefix, observe_route
@@ -209,7 +210,8 @@ class RequestLifecycle:
     # -- admission -------------------------------------------------------------------------------------------
     async def admit(self) -> Preprocessed:
         """Render and tokenize, then lease an engine slot: a saturated cluster answers 503/529 here, not
-        inside a 200 stream. The prefix check runs beside the routing call, off the event loop."""
+        inside a 200 stream. The prefix check runs beside the routing call, off the event loop, and is never
+        waited on past it (REPORT_WAIT_S)."""
         bind_request_id(self.id)
         if self._client_id:
             logger.debug("request %s carries client id %s", self.id, self._client_id)
@@ -220,10 +222,10 @@ class RequestLifecycle:
         metrics.QUEUE_TIME.labels(self.model_id, "preprocess").observe(routing - started)
         self.pre = pre
         session = self._session()
+        # The counts now; the cause on the doctor's worker, taken only if it is named while routing is out (plus
+        # a few ms): admission never waits on a diagnosis (doctor/prefix_doctor.py).
         check = (
-            asyncio.ensure_future(
-                self._path.doctor.check(session, pre.engine.token_ids, pre.report.replay_last_rerendered)
-            )
+            self._path.doctor.start(session, pre.engine.token_ids, pre.report.replay_last_rerendered)
             if session
             else None
         )
@@ -241,7 +243,7 @@ class RequestLifecycle:
             raise
         observe_route(self.route, time.perf_counter() - routing, self.model_id)
         if check is not None:
-            self.report = await check
+            self.report = await check.report(REPORT_WAIT_S)
             observe_prefix(self.model_id, self.report)
         if pre.report.replay_reordered:
             metrics.REPLAY_REORDERED.labels(self.model_id).inc(pre.report.replay_reordered)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 from agentserve.kv_events.block_hash import chain_digests, digest_value
+from agentserve.preprocess.template_render import RenderBudgetExceeded
 from agentserve.state.kept_turns import KeptTurn, token_digest
 
 # Block digests of a prompt, 8 bytes each, concatenated (kv_events/block_hash.py's chain).
@@ -141,6 +142,8 @@ def window_tail(
         before = render(msgs[:at], True)
         turn = render(msgs[:through], False)
         whole = render(msgs, add_generation_prompt)
+    except RenderBudgetExceeded:  # the request's render budget is spent: its 400, not one more render
+        raise
     except Exception:  # noqa: BLE001 - a window the template refuses: the full path decides
         return None
     if not turn.startswith(before):

@@ -1,24 +1,30 @@
-"""Special-token text in untrusted content stays text: user text cannot forge a role marker or a tool call.
+"""Special-token text in client content stays text: no field a client sends can forge a role marker or a tool call.
 
 Chat templates render to a string that is then tokenized with special tokens recognised, so a user message,
 tool result or tool description containing `<|im_end|>\\n<|im_start|>system` would otherwise become real
-role markers. Before rendering, every special-token literal in untrusted strings is swapped for a marker
+role markers. Before rendering, every special-token literal in client strings is swapped for a marker
 carrying a per-render random nonce (unguessable, so content cannot forge one); the rendered string is
 tokenized piecewise and each marker becomes the literal's *text* tokens. Content without such literals is
 rendered and tokenized exactly as before, so prefix caching and token counts are unchanged for it.
 
-Untrusted: user, system/developer and tool messages, and the tool schemas (MCP servers write descriptions).
-Assistant turns are replayed as the model produced them and are left alone.
+Client strings are everything the conversation holds, in every role: user, system and tool text, tool results and
+their call ids, and the assistant turns a harness sends back (text, reasoning, tool-call ids, names and
+arguments: a model that copied `<|im_start|>system` into its reply must not turn it into a real system turn when
+the reply is re-rendered), plus the tool schemas (MCP servers write descriptions) and the client's template
+variables. They are shielded on the Conversation, before the replay policy and the template add their own
+markers (`<think>`, `<tool_response>`), which stay real. Spliced kept turns are the engine's own token ids and
+never pass through here.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-UNTRUSTED_ROLES = frozenset({"user", "system", "developer", "tool"})
+from agentserve.protocol import Conversation, ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock, Turn
 
 
 def _is_markup(content: str, special: bool) -> bool:
@@ -67,6 +73,49 @@ def _splitting_copy(tokenizer: Any) -> Any:
     return copy
 
 
+class _Substitution:
+    """One render's substitution: strings with literals become new strings with markers; others stay the same object."""
+
+    def __init__(self, find: re.Pattern[str]) -> None:
+        self._find = find
+        self._shield: Shield | None = None
+
+    @property
+    def found(self) -> bool:
+        return self._shield is not None
+
+    @property
+    def shield(self) -> Shield | None:
+        return self._shield
+
+    def _marker(self, m: re.Match[str]) -> str:
+        if self._shield is None:
+            self._shield = Shield(secrets.token_hex(6))
+        return self._shield.marker(m.group(0))
+
+    def sub(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return value if self._find.search(value) is None else self._find.sub(self._marker, value)
+        if isinstance(value, list):
+            return [self.sub(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.sub(v) for k, v in value.items()}
+        return value
+
+    def arguments(self, text: str) -> str:
+        """Tool-call arguments: JSON text a template may render verbatim or parse and re-serialise, so a literal
+        spelled with JSON escapes (`\\u003c|im_start|>`) is shielded too (the JSON is then re-written)."""
+        out = self.sub(text)
+        if "\\u" not in out:
+            return out
+        try:
+            decoded = json.loads(out)
+        except ValueError:
+            return out
+        shielded = self.sub(decoded)
+        return json.dumps(shielded, ensure_ascii=False) if shielded != decoded else out
+
+
 class LiteralGuard:
     def __init__(self, tokenizer: Any) -> None:
         self._tok = tokenizer
@@ -78,34 +127,41 @@ class LiteralGuard:
         self._literal_ids: dict[str, list[int]] = {}
 
     # -- before rendering -------------------------------------------------------------------------------
-    def shield(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, Shield | None]:
-        """Messages and tools with special-token literals in untrusted strings replaced by markers."""
+    def shield(
+        self, conversation: Conversation, tools: list[dict[str, Any]] | None, kwargs: dict[str, Any] | None = None
+    ) -> tuple[Conversation, list[dict[str, Any]] | None, dict[str, Any], Shield | None]:
+        """The conversation, tools and client template variables with special-token literals replaced by markers
+        (the same objects, and no Shield, when nothing needed it)."""
+        kwargs = dict(kwargs or {})
         if self._find is None:
-            return messages, tools, None
-        shield = Shield(secrets.token_hex(6))
-        found = False
+            return conversation, tools, kwargs, None
+        shield = _Substitution(self._find)
+        turns = tuple(self._turn(t, shield) for t in conversation.turns)
+        shielded_tools = shield.sub(tools) if tools else tools
+        shielded_kwargs = shield.sub(kwargs)
+        if not shield.found:
+            return conversation, tools, kwargs, None
+        return conversation.model_copy(update={"turns": turns}), shielded_tools, shielded_kwargs, shield.shield
 
-        def sub(value: Any) -> Any:
-            nonlocal found
-            if isinstance(value, str):
-                if self._find.search(value) is None:
-                    return value
-                found = True
-                return self._find.sub(lambda m: shield.marker(m.group(0)), value)
-            if isinstance(value, list):
-                return [sub(v) for v in value]
-            if isinstance(value, dict):
-                return {k: sub(v) for k, v in value.items()}
-            return value
-
-        out = [
-            {**m, "content": sub(m.get("content"))} if m.get("role") in UNTRUSTED_ROLES and "content" in m else m
-            for m in messages
-        ]
-        shielded_tools = sub(tools) if tools else tools
-        if not found:
-            return messages, tools, None
-        return out, shielded_tools, shield
+    def _turn(self, turn: Turn, s: "_Substitution") -> Turn:
+        blocks = []
+        changed = False
+        for b in turn.blocks:
+            new = b
+            if isinstance(b, (TextBlock, ReasoningBlock)):
+                text = s.sub(b.text)
+                new = b if text is b.text else b.model_copy(update={"text": text})
+            elif isinstance(b, ToolCallBlock):
+                fields = {"id": s.sub(b.id), "name": s.sub(b.name), "arguments": s.arguments(b.arguments)}
+                if any(v is not getattr(b, k) for k, v in fields.items()):
+                    new = b.model_copy(update=fields)
+            elif isinstance(b, ToolResultBlock):
+                fields = {"tool_call_id": s.sub(b.tool_call_id), "content": s.sub(b.content)}
+                if any(v is not getattr(b, k) for k, v in fields.items()):
+                    new = b.model_copy(update=fields)
+            changed = changed or new is not b
+            blocks.append(new)
+        return turn.model_copy(update={"blocks": tuple(blocks)}) if changed else turn
 
     # -- after rendering ----------------------------------------------------------------------------------
     def restore(self, text: str, shield: Shield | None) -> str:

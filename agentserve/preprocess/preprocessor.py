@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from array import array
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from agentserve.config import ModelSpec
 from agentserve.kv_events.block_hash import cache_salt, root
@@ -23,6 +24,8 @@ from agentserve.preprocess.render import plan_messages
 from agentserve.preprocess.replay import policy_for
 from agentserve.preprocess.splice import SpanMemo, Spliced, TurnSlot, splice
 from agentserve.preprocess.template_caps import inspect_template
+from agentserve.preprocess.template_kwargs import TemplateKwargs
+from agentserve.preprocess.template_render import BudgetedTemplate, OutputTooLong, RenderBudget, RenderBudgetExceeded
 from agentserve.preprocess.thinking_switch import probe as probe_thinking_switch
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.preprocess.turn_digest import chain, header_digest, kept_key
@@ -32,11 +35,9 @@ from agentserve.protocol import (
     GenerationRequest,
     Preprocessed,
     PromptReport,
-    ReasoningBlock,
     RouteRequest,
     SamplingParams,
     TextBlock,
-    ToolResultBlock,
     ToolSpec,
     Turn,
 )
@@ -97,9 +98,13 @@ def _has_assistant(request: GenerationRequest) -> bool:
     return any(t.role == "assistant" for t in request.conversation.turns[:-1])
 
 
-# Render and tokenize grow with the prompt (the tokenizer is most of it): below this a prompt costs less than handing
-# it to a worker thread does (docs/BENCHMARKS.md, "One hop at a time").
-CHEAP_CHARS = 2048
+def _longest_token_chars(tokenizer: Any) -> int:
+    """An upper bound on the characters one token stands for: a rendering longer than the window times this cannot
+    fit the window, whatever it tokenizes to (vocabulary strings are at least as long as the text they decode to)."""
+    try:
+        return max(1, max(map(len, tokenizer.get_vocab())))
+    except (AttributeError, TypeError, ValueError):
+        return 1024
 
 
 class Preprocessor:
@@ -116,6 +121,7 @@ class Preprocessor:
         clamp_max_tokens: bool = True,  # max_tokens past the window: cut to what is left (False: refuse)
         scripted: bool = False,  # the engine is the scripted test double: requests carry the text its rules match
         cache_isolation: str = "shared",  # "per_key": each caller's prompts get their own prefix-cache partition
+        render_budget: RenderBudget = RenderBudget(),  # one render's wall clock and output cap
     ) -> None:
         self._model = model
         self._isolate = cache_isolation == "per_key"
@@ -131,16 +137,20 @@ class Preprocessor:
         self._block_size = block_size
         self._policy = policy_for(model.reasoning_parser, model.replay_family)
         self._caps = inspect_template(self._tok.chat_template or "")
+        special = getattr(self._tok, "special_tokens_map", {}) or {}
+        self._template = BudgetedTemplate(self._tok.chat_template or "", special, render_budget)
+        self._client_kwargs = TemplateKwargs(self._caps, special)
+        # Past this many characters a rendering cannot fit the window: refused before it is tokenized.
+        self._token_chars = _longest_token_chars(self._tok)
+        self._window_chars = model.context_window * self._token_chars
         # The template's thinking on/off variable, whatever it is called (None: it has none).
         self._switch = probe_thinking_switch(
-            lambda kw: self._tok.apply_chat_template(
-                [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False, **kw
-            ),
+            lambda kw: self._template.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True, **kw),
             self._caps.variables,
             open_marker=self._policy.think_open.strip(),
             close_marker=self._policy.think_close.strip(),
         )
-        self._literals = LiteralGuard(self._tok)  # special-token text in user content stays text
+        self._literals = LiteralGuard(self._tok)  # special-token text in client content stays text
         # Where this template takes later system messages and text beside tool results (probed once per template).
         self._placement = placement_for(self._tok.chat_template or "", self._policy.family, self._probe_text)
         # What else decides a rendering: a kept prompt made under another template or setting is not this one's.
@@ -154,11 +164,10 @@ class Preprocessor:
     def _probe_text(self, conversation: Conversation, placement: Placement, add_generation_prompt: bool) -> str:
         """A probe conversation rendered by the template as requests are (thinking as by default)."""
         plan = plan_messages(conversation, self._policy, self._caps, placement)
-        return self._tok.apply_chat_template(
+        return self._template.render(
             plan.messages,
             tools=[t.openai_schema() for t in conversation.tools] or None,
             add_generation_prompt=add_generation_prompt,
-            tokenize=False,
             **self.template_kwargs({}, None),
         )
 
@@ -171,15 +180,14 @@ class Preprocessor:
             p = plan_messages(Conversation(turns=tuple(turns)), self._policy, self._caps, self._placement)
             return p.messages, p.turn_spans
 
-        def render(messages: list[dict[str, Any]], generation_prompt: bool) -> str:
-            return self._tok.apply_chat_template(
-                messages, tools=schemas, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
-            )
-
-        return probe_roles(plan, render, end_token)
+        return probe_roles(plan, self._renderer(schemas, kwargs), end_token)
 
     def template_kwargs(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
-        """Thinking on by default where the model reasons; never override what the client set."""
+        """Thinking on by default where the model reasons; never override what the client set. The client's own
+        kwargs must be variables of the model's template (a 400 naming the key otherwise: template_kwargs.py)."""
+        return self._with_defaults(self._client_kwargs.check(client), thinking)
+
+    def _with_defaults(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
         kwargs = dict(client)
         if self._model.reasoning_parser is None:
             return kwargs
@@ -203,58 +211,80 @@ class Preprocessor:
     ) -> RenderedPrompt:
         if self._sort_tools:
             conversation = sort_tools(conversation)
-        tools = [t.openai_schema() for t in conversation.tools] or None
+        client_kwargs = self._client_kwargs.check(template_kwargs or {})
+        # Every client string is shielded before the replay policy and the template add their own markers.
+        conversation, tools, client_kwargs, shield = self._literals.shield(
+            conversation, [t.openai_schema() for t in conversation.tools] or None, client_kwargs
+        )
         plan = plan_messages(conversation, self._policy, self._caps, self._placement)
-        kwargs = self.template_kwargs(template_kwargs or {}, thinking)
+        kwargs = self._with_defaults(client_kwargs, thinking)
+        apply = self._renderer(tools, kwargs)
         if replay is not None and replay.slots and self._kept is not None:
             if self._incremental:
-                extended = self._extend(plan, tools, kwargs, replay, add_generation_prompt, space)
+                extended = self._extend(plan, tools is not None, kwargs, shield, apply, replay, add_generation_prompt,
+                                        space)
                 if extended is not None:
                     return extended
-            return self._splice(plan, tools, kwargs, replay, add_generation_prompt)
-        messages, shielded_tools, shield = self._literals.shield(plan.messages, tools)
-        text = self._apply(messages, shielded_tools, kwargs, add_generation_prompt)
+            return self._splice(plan, tools, kwargs, shield, apply, replay, add_generation_prompt)
+        text = apply(plan.messages, add_generation_prompt)
         ids = self._literals.encode(text, shield)
         # A first turn is a session's root link (its whole prompt); a later one with nothing spliced stores none.
         tail_from = 0 if not any(m.get("role") == "assistant" for m in plan.messages) else None
         return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns, tail_from=tail_from)
 
-    def _apply(self, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], generation_prompt: bool) -> str:
-        try:
-            return self._tok.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
-            )
-        except RequestError:
-            raise
-        except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
-            raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
+    def _renderer(self, tools: Any, kwargs: dict[str, Any]) -> Callable[[list[dict[str, Any]], bool], str]:
+        """render(messages, generation_prompt) under one budget for all of this request's renders."""
+        deadline = time.monotonic() + self._template.budget.deadline_s
+
+        def apply(msgs: list[dict[str, Any]], generation_prompt: bool) -> str:
+            try:
+                return self._template.render(
+                    msgs, tools=tools, add_generation_prompt=generation_prompt, max_chars=self._window_chars,
+                    deadline=deadline, **kwargs,
+                )
+            except OutputTooLong as exc:
+                if self._window_chars <= self._template.budget.max_chars:  # provably past the window
+                    raise ContextWindowExceeded(exc.chars // self._token_chars, self._model.context_window) from None
+                raise RenderBudgetExceeded(f"the rendered prompt passed the render budget of "
+                                           f"{self._template.budget.max_chars} characters") from None
+            except RequestError:
+                raise
+            except Exception as exc:  # jinja errors name the bad input; don't turn them into a 500
+                raise RequestError("invalid_request", f"cannot render the chat template: {exc}") from exc
+
+        return apply
 
     def _splice(
-        self, plan: Any, tools: Any, kwargs: dict[str, Any], replay: ReplayKeys, add_generation_prompt: bool
+        self,
+        plan: Any,
+        tools: Any,
+        kwargs: dict[str, Any],
+        shield: Any,
+        apply: Callable[[list[dict[str, Any]], bool], str],
+        replay: ReplayKeys,
+        add_generation_prompt: bool,
     ) -> RenderedPrompt:
         """The full path: the whole conversation rendered, every kept turn placed where its rendering sits."""
-        messages, tools, shield = self._literals.shield(plan.messages, tools)
-        text = self._apply(messages, tools, kwargs, add_generation_prompt)
+        assert self._kept is not None
+        messages = plan.messages
+        text = apply(messages, add_generation_prompt)
         # Renderings are remembered by what was rendered; a shield's markers carry a per-render nonce: not then.
         marks = _message_digests(messages, tools, kwargs) if shield is None else None
         slots = []
         for t, key in sorted(replay.slots.items()):
             start, end = plan.turn_spans[t]
             slots.append(TurnSlot(start, end, key, marks[start] + marks[end] if marks else b""))
-        kept = self._kept.get_many([s.key for s in slots]) if self._kept is not None else {}
+        kept = self._kept.get_many([s.key for s in slots])
         spliced = splice(
             text,
             slots,
             kept,
-            render=lambda n, gen: self._tok.apply_chat_template(
-                messages[:n], tools=tools, add_generation_prompt=gen, tokenize=False, **kwargs
-            ),
+            render=lambda n, gen: apply(messages[:n], gen),
             encode=lambda piece: self._literals.encode(piece, shield),
             token_text=lambda tid: self._end_tokens.get(tid, ""),
             memo=self._spans,
         )
-        if self._kept is not None:
-            self._kept.touch(spliced.used)
+        self._kept.touch(spliced.used)
         ids = spliced.token_ids
         base, tail_from = (spliced.base, spliced.base_end) if spliced.base else ("", None)
         return RenderedPrompt(
@@ -264,8 +294,10 @@ class Preprocessor:
     def _extend(
         self,
         plan: Any,
-        tools: Any,
+        tools: bool,
         kwargs: dict[str, Any],
+        shield: Any,
+        apply: Callable[[list[dict[str, Any]], bool], str],
         replay: ReplayKeys,
         add_generation_prompt: bool,
         space: tuple[str | None, str | None],
@@ -284,7 +316,7 @@ class Preprocessor:
         end_token = self._end_tokens.get(last.output_ids[-1], "")
         if not end_token:
             return None
-        if new_roles(plan.messages, end) not in self._windows.cleared(tools is not None, kwargs, end_token):
+        if new_roles(plan.messages, end) not in self._windows.cleared(tools, kwargs, end_token):
             return None
         known = self._prompts.get(last.prompt_digest, space)
         if known is None:
@@ -293,17 +325,7 @@ class Preprocessor:
                 return None
             known = KnownPrompt(ids)
         msgs, at = window(plan.messages, start)
-        msgs, tools_shielded, shield = self._literals.shield(msgs, tools)
-        tail = window_tail(
-            msgs,
-            at,
-            at + (end - start),
-            end_token,
-            lambda m, gen: self._tok.apply_chat_template(
-                m, tools=tools_shielded, add_generation_prompt=gen, tokenize=False, **kwargs
-            ),
-            add_generation_prompt,
-        )
+        tail = window_tail(msgs, at, at + (end - start), end_token, apply, add_generation_prompt)
         if tail is None:
             return None
         prefix = len(known.ids) + len(last.output_ids)
@@ -331,27 +353,6 @@ class Preprocessor:
             if turn.role == "assistant" and turn.blocks
         }
         return ReplayKeys(slots, kept_key(digests[-1] if digests else header))
-
-    def cheap(self, request: GenerationRequest) -> bool:
-        """Whether preprocess(request) may run on an event loop: a short prompt, no tool schemas, no image, and
-        no earlier assistant turn (whose kept tokens would be read from the database)."""
-        conv = request.conversation
-        if conv.tools:
-            return False
-        n = 0
-        for turn in conv.turns:
-            if turn.role == "assistant":
-                return False
-            for b in turn.blocks:
-                if isinstance(b, (TextBlock, ReasoningBlock)):
-                    n += len(b.text)
-                elif isinstance(b, ToolResultBlock):
-                    n += len(b.content)
-                else:
-                    return False
-            if n > CHEAP_CHARS:
-                return False
-        return True
 
     def preprocess(self, request: GenerationRequest, scope: str = "", adapter: str | None = None) -> Preprocessed:
         """`scope` is the caller's identity: kept turns are never shared across callers. `adapter`: the LoRA

@@ -30,6 +30,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from agentserve.preprocess.template_render import RenderBudgetExceeded
 from agentserve.state.kept_turns import KeptTurn, TokenHasher
 
 Outcome = str  # spliced | not_kept | template_changed | prompt_changed | end_of_turn | render_failed | extended
@@ -157,6 +158,8 @@ def _place(
         try:
             before = render(slot.start, True)
             through = render(slot.end, False)
+        except RenderBudgetExceeded:  # the request's render budget is spent: its 400, not one more render
+            raise
         except Exception:  # noqa: BLE001 - a template that cannot render this prefix alone: re-render the turn
             return "render_failed"
         if not through.startswith(before):

@@ -4,7 +4,9 @@
 - schemathesis over the ingress OpenAPI schema, and hypothesis bodies for the three APIs: no 5xx, no hang,
   every error in the right envelope;
 - malformed JSON, invalid UTF-8, zip bombs, oversized bodies and strings, deep tool schemas, prompts past
-  the window; per-key concurrency (429 + retry-after); stored responses visible only to their key.
+  the window; per-key concurrency (429 + retry-after); stored responses visible only to their key;
+- a client's own chat template (the 187-byte nested-loop request) and other `apply_chat_template` parameters in
+  `chat_template_kwargs`: a 400 at once, and the graph keeps answering; stop strings and logit_bias past their caps.
 """
 
 from __future__ import annotations
@@ -197,6 +199,10 @@ def _nested(depth: int) -> dict[str, Any]:
         ("/v1/messages", b'"just a string"', {}, 400),
         ("/v1/responses", b'{"model": 5, "input": {"a": []}}', {}, 400),
         ("/v1/messages/count_tokens", b'{"model": "smollm2", "messages": 7}', {}, 400),
+        ("/v1/chat/completions", json.dumps(_chat("hi", stop=["a", "b", "c", "d", "e"])).encode(), {}, 400),
+        ("/v1/chat/completions", json.dumps(_chat("hi", logit_bias={str(i): 1 for i in range(301)})).encode(), {}, 400),
+        ("/v1/messages", json.dumps({"model": "smollm2", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+                                     "stop_sequences": [f"s{i}" for i in range(17)]}).encode(), {}, 400),
     ],
 )
 def test_hostile_bodies_are_clean_4xx(url, path, content, headers, status):
@@ -230,6 +236,44 @@ def test_injected_special_tokens_count_as_text(url, tokenizer):
         forged_ids = c.post("/v1/tokenize", json={"model": "smollm2", "messages": [{"role": "user", "content": forged}]}).json()
     start = tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert plain["tokens"].count(start) == forged_ids["tokens"].count(start) == 3
+
+
+# -- client-supplied chat templates ----------------------------------------------------------------------------
+LOOP = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
+
+
+def test_a_client_chat_template_is_a_400_at_once_and_the_graph_keeps_answering(url):
+    """Before: the template replaced the model's, the request counted as cheap and rendered on the Preprocessor
+    replica's event loop, and the replica never answered anyone again."""
+    attack = json.dumps({"model": "smollm2", "messages": [{"role": "user", "content": "hi"}],
+                         "chat_template_kwargs": {"chat_template": LOOP}}, separators=(",", ":")).encode()
+    assert len(attack) < 200
+
+    async def run():
+        async with httpx.AsyncClient(base_url=url, headers={**AUTH, "content-type": "application/json"}, timeout=30) as c:
+            started = time.monotonic()
+            first = await c.post("/v1/chat/completions", content=attack)
+            first_s = time.monotonic() - started
+            # as many at once as the per-key limit (2) lets each of the two keys send
+            storm = [c.post("/v1/chat/completions", content=attack, headers=h)
+                     for h in (AUTH, AUTH, {"authorization": f"Bearer {OTHER_KEY}"}, {"authorization": f"Bearer {OTHER_KEY}"})]
+            replies = list(await asyncio.gather(*storm))
+            for kwargs in ({"chat_template": LOOP}, {"add_generation_prompt": False}, {"tokenize": True}):
+                replies.append(await c.post("/v1/tokenize", json={
+                    "model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": kwargs}))
+            ok = await c.post("/v1/chat/completions", content=json.dumps(_chat("hi", max_tokens=4)))
+            return first, first_s, replies, ok
+
+    first, first_s, replies, ok = asyncio.run(run())
+    assert first.status_code == 400, first.text
+    assert_envelope("/v1/chat/completions", first)
+    assert first.json()["error"]["param"] == "chat_template_kwargs.chat_template"
+    assert first_s < 5.0
+    for r in replies:
+        assert r.status_code == 400, r.text
+        assert_envelope("/v1/tokenize", r)
+        assert r.json()["error"]["param"].startswith("chat_template_kwargs.")
+    assert ok.status_code == 200, ok.text
 
 
 # -- fuzzing ----------------------------------------------------------------------------------------------------

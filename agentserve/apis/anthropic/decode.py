@@ -33,6 +33,7 @@ from agentserve.apis.anthropic.schema import (
     ToolUseParam,
 )
 from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.apis.sampling_caps import ANTHROPIC_MAX_STOP, stop_strings
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
     AgentHints,
@@ -304,7 +305,7 @@ def decode(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         top_k=-1 if not req.top_k else req.top_k,
-        stop=tuple(s for s in req.stop_sequences or () if s),
+        stop=stop_strings(req.stop_sequences or (), param="stop_sequences", max_count=ANTHROPIC_MAX_STOP),
         thinking_budget=req.thinking.budget_tokens if isinstance(req.thinking, ThinkingEnabled) else None,
     )
     return GenerationRequest(

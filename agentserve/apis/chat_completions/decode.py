@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from agentserve.apis.chat_completions.schema import ChatCompletionRequest, ImagePart, Message, TextPart
+from agentserve.apis.sampling_caps import CHAT_MAX_STOP, check_logit_bias_size, stop_strings
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
     AgentHints,
@@ -108,6 +109,7 @@ UNAPPLIED: Unapplied = {
 
 def _logit_bias(raw: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     out: list[tuple[int, float]] = []
+    check_logit_bias_size(len(raw or {}))
     for key, bias in (raw or {}).items():
         if not key.isdigit():
             raise RequestError("invalid_request", f"logit_bias keys are token ids, got '{key}'", param="logit_bias")
@@ -171,7 +173,8 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
         raise RequestError(
             "invalid_request", "tool_choice 'required' needs at least one tool", param="tool_choice"
         )
-    stop = tuple(s for s in ((req.stop,) if isinstance(req.stop, str) else req.stop or ()) if s)
+    stop = stop_strings((req.stop,) if isinstance(req.stop, str) else req.stop or (), param="stop",
+                        max_count=CHAT_MAX_STOP)
     sampling = SamplingParams(
         max_tokens=req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,

@@ -2,12 +2,20 @@
 
 One replica serves every catalog model: it holds one Preprocessor (tokenizer, chat template, replay policy) per
 model and finds a request's by its served id (a model's id, or one of its LoRA adapters' ids) in one dict lookup.
+
+Nothing a client sent is rendered on the replica's event loop: every render and tokenization runs on the replica's
+own worker pool, so one slow request never stalls the others' calls. Each render is bounded inside itself (a wall
+clock and an output cap: preprocess/template_render.py, a 400 when broken); the wait for a worker is bounded too
+(`WAIT_S`), as a backstop for what a render budget does not cover (a kept-turn read waiting on the database, a
+backlog of large prompts): past it the caller gets a 503 to retry, and the work, already bounded, ends on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
 
 from ray import serve
 
@@ -17,6 +25,13 @@ from agentserve.protocol import Conversation, GenerationRequest, Preprocessed
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.ray_metrics import start_export
 from agentserve.state.kept_turns import open_kept_turns
+
+T = TypeVar("T")
+
+# The tokenizer releases the GIL, so a few more workers than cores keep the cores busy.
+WORKERS = min(8, (os.cpu_count() or 2) + 2)
+# The longest a call waits for its worker (queueing, render, tokenization, a kept-turn read).
+WAIT_S = 60.0
 
 
 @serve.deployment(name="Preprocessor", max_ongoing_requests=256)
@@ -37,6 +52,22 @@ class PreprocessorReplica:
             self._served[m.id] = (pre, None)
             self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)
         self._default = resolved.default.id
+        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="preprocess")
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)` on the worker pool, waited for at most WAIT_S (then a 503; a queued call is
+        dropped, a running one ends within its own render budget)."""
+        future = self._pool.submit(fn, *args, **kwargs)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), WAIT_S)
+        except asyncio.TimeoutError:
+            future.cancel()
+            raise RequestError(
+                "overloaded", f"preprocessing did not finish within {WAIT_S:g} s", retry_after=5.0
+            ) from None
+        except asyncio.CancelledError:  # the caller left: work still queued for it is dropped
+            future.cancel()
+            raise
 
     def _for(self, served_id: str | None, base: str | None = None) -> tuple[Preprocessor, str | None]:
         """`base`: the catalog model the ingress resolved `served_id` to; a served id this replica does not know
@@ -51,14 +82,11 @@ class PreprocessorReplica:
 
     async def preprocess(self, request: GenerationRequest, scope: str = "", base: str | None = None) -> Preprocessed:
         """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters'),
-        `base` the catalog model that serves it. A short prompt is done here on the replica's event loop; any
-        other in a worker thread (the tokenizer releases the GIL; a kept-turn read waits on the database)."""
+        `base` the catalog model that serves it."""
         pre, adapter = self._for(request.model, base)
-        if pre.cheap(request):
-            return pre.preprocess(request, scope, adapter=adapter)
-        return await asyncio.to_thread(pre.preprocess, request, scope, adapter=adapter)
+        return await self._off_loop(pre.preprocess, request, scope, adapter=adapter)
 
-    def render_tokens(
+    async def render_tokens(
         self,
         conversation: Conversation,
         template_kwargs: dict[str, Any],
@@ -66,9 +94,11 @@ class PreprocessorReplica:
         thinking: bool | None = None,  # the request's thinking switch, so counts match generation
         model: str | None = None,  # the served id (None: the default model)
     ) -> list[int]:
-        return self._for(model)[0].render(
-            conversation, template_kwargs, add_generation_prompt=add_generation_prompt, thinking=thinking
-        ).token_ids
+        pre = self._for(model)[0]
+        prompt = await self._off_loop(
+            pre.render, conversation, template_kwargs, add_generation_prompt=add_generation_prompt, thinking=thinking
+        )
+        return prompt.token_ids
 
-    def tokenize_text(self, text: str, add_special_tokens: bool, model: str | None = None) -> list[int]:
-        return self._for(model)[0].tokenize_text(text, add_special_tokens)
+    async def tokenize_text(self, text: str, add_special_tokens: bool, model: str | None = None) -> list[int]:
+        return await self._off_loop(self._for(model)[0].tokenize_text, text, add_special_tokens)

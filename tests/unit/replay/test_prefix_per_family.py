@@ -463,13 +463,18 @@ PLAIN_KEPT = {
 @pytest.mark.parametrize("family", [f for f in POLICIES if f != "none"])
 def test_thinking_kwargs_per_policy(make_preprocessor, family, tmp_path):
     """On by default where the model reasons; a client value is never overridden; off when the client says so;
-    nothing is set for variables the template does not read, or without a reasoning parser."""
+    nothing is set for variables the template does not read, or without a reasoning parser; a client variable the
+    template does not read is refused."""
+    from agentserve.preprocess.template_kwargs import TemplateKwargs
+    from agentserve.protocol.errors import RequestError
+
     policy = POLICIES[family]
     names = sorted(set(policy.enable) | set(policy.disable))
     pre = make_preprocessor("qwen3", FAMILIES["qwen3"].specials, reasoning_parser="qwen3", family=family)
     # a template that reads exactly the policy's switches
     declared = pre._caps.__class__(pre._caps.reads_reasoning_content, False, frozenset(names))
     pre_caps, pre._caps = pre._caps, declared
+    pre_kwargs, pre._client_kwargs = pre._client_kwargs, TemplateKwargs(declared)
     try:
         assert pre.template_kwargs({}, None) == dict(policy.enable)
         assert pre.template_kwargs({}, True) == dict(policy.enable)
@@ -478,10 +483,14 @@ def test_thinking_kwargs_per_policy(make_preprocessor, family, tmp_path):
             client = {name: "client"}
             assert pre.template_kwargs(client, None)[name] == "client"
             assert pre.template_kwargs(client, False)[name] == "client"
-        pre._caps = pre_caps.__class__(pre_caps.reads_reasoning_content, False, frozenset())
+        pre._caps = pre_caps.__class__(pre_caps.reads_reasoning_content, False, frozenset({"x"}))
+        pre._client_kwargs = TemplateKwargs(pre._caps)
         assert pre.template_kwargs({"x": 1}, None) == {"x": 1}
+        with pytest.raises(RequestError) as refused:
+            pre.template_kwargs({"y": 1}, None)
+        assert refused.value.param == "chat_template_kwargs.y"
     finally:
-        pre._caps = pre_caps
+        pre._caps, pre._client_kwargs = pre_caps, pre_kwargs
     no_parser = make_preprocessor("qwen3", FAMILIES["qwen3"].specials, reasoning_parser=None, family=family)
     assert no_parser.template_kwargs({}, None) == {}
 
