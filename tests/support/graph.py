@@ -73,9 +73,11 @@ def running_graph(
 
 
 def serve_config(args: dict[str, Any], port: int, engines: dict[str, int]) -> dict[str, Any]:
-    """One app: Ingress, Preprocessor and Router with one replica each, and each Engine deployment with the given
-    number of replicas; every replica asks for 0.1 CPU so several fit a 2-core machine."""
-    fixed = [{"name": name, "num_replicas": 1, **SMALL} for name in ("Ingress", "Preprocessor", "Router")]
+    """One app: each deployment named in `engines` (the Engine deployments, and any other to scale) with the given
+    number of replicas, Ingress, Preprocessor and Router otherwise one each; every replica asks for 0.1 CPU so
+    several fit a 2-core machine."""
+    fixed = [{"name": name, "num_replicas": 1, **SMALL} for name in ("Ingress", "Preprocessor", "Router")
+             if name not in engines]
     scaled = [{"name": name, "num_replicas": n, **SMALL} for name, n in engines.items()]
     return {
         "http_options": {"host": "127.0.0.1", "port": port},
