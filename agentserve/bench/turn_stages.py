@@ -8,10 +8,11 @@ directory the graph ran with) and secret key, so the same conversation is measur
   (thinking signatures verified, the billing preamble stripped, hints), as the Messages handler does;
 * crossings, as agentserve's handles ship them (plain pickle, highest protocol; agentserve/serve/handles.py):
   the GenerationRequest (Ingress -> Preprocessor), the Preprocessed result (back), its EngineRequest (-> Engine);
-* Preprocessor.preprocess: next turn (the span memo knows every turn but the newest, as on the replica that served
-  the previous turn), the same request again (the memo knows every turn: what a repeated identical request gets),
-  cold (a replica that never saw the session: empty memo); with its parts on their own: replay keys (the digest
-  chain), kept-turn lookup, block hashing;
+* Preprocessor.preprocess: next turn (the replica made the previous request's prompt: its PromptMemo holds it,
+  preprocess/incremental.py), the same request again, cold (a replica that never saw the session: empty memos, the
+  previous prompt rebuilt from the kept turns' links); with its parts on their own: replay keys (the digest chain),
+  the kept-turn lookup of every earlier turn (what the cold path reads), block hashing of the whole prompt (what the
+  cold path hashes; a warm turn hashes only the blocks past the previous prompt);
 * the prefix doctor: the check of a prompt that extends the previous turn (the healthy next turn), the check of the
   same prompt again (it does not extend the previous turn's prompt + output: diagnosed on the doctor's thread), and
   recording the turn at its end.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
-from collections import OrderedDict
 from typing import Any, Callable
 
 from agentserve.bench.stats import summary
@@ -67,6 +67,7 @@ def measure(
     from agentserve.kv_events.block_hash import block_hashes
     from agentserve.preprocess.preamble import strip_anthropic_preamble
     from agentserve.preprocess.preprocessor import Preprocessor
+    from agentserve.preprocess.incremental import PromptMemo
     from agentserve.preprocess.splice import SpanMemo
     from agentserve.state.kept_turns import open_kept_turns
 
@@ -102,21 +103,17 @@ def measure(
     out["crossing: GenerationRequest dumps"] = timed(lambda: _dumps(gen), samples)
     out["crossing: GenerationRequest loads"] = timed(lambda: pickle.loads(blob), samples)
 
-    # Cold first: each from an empty memo; the last leaves the memo knowing every turn, the newest last.
+    # Cold: each from empty memos (a replica that never saw the session: the previous prompt is rebuilt from the
+    # kept turns' links). Warm: the replica made the previous request's prompt (its PromptMemo holds it).
     def forget() -> None:
-        pre._spans = SpanMemo()  # noqa: SLF001 - a replica that never saw the session
+        pre._spans = SpanMemo()  # noqa: SLF001
+        pre._prompts = PromptMemo()  # noqa: SLF001
 
     out["preprocess: cold (replica never saw the session)"] = timed(
         lambda: pre.preprocess(gen, scope), cold_samples, warmup=0, before=forget)
-    spans = list(pre._spans._spans.items())  # noqa: SLF001
-    known_but_newest = OrderedDict(spans[:-1])
-
-    def next_turn_memo() -> None:
-        memo = SpanMemo()
-        memo._spans = OrderedDict(known_but_newest)  # noqa: SLF001
-        pre._spans = memo  # noqa: SLF001
-
-    out["preprocess: warm, next turn"] = timed(lambda: pre.preprocess(gen, scope), samples, before=next_turn_memo)
+    forget()
+    pre.preprocess(gen_prev, scope)  # the previous turn, as the replica that served it made it
+    out["preprocess: warm, next turn"] = timed(lambda: pre.preprocess(gen, scope), samples)
     out["preprocess: warm, same request again"] = timed(lambda: pre.preprocess(gen, scope), samples)
     done = pre.preprocess(gen, scope)
     outcomes = dict(done.report.replay_outcomes)
@@ -125,7 +122,7 @@ def measure(
     if kept is not None:
         out["preprocess part: kept-turn lookup"] = timed(lambda: kept.get_many(list(keys.slots.values())), samples)
     ids = done.engine.token_ids
-    out["preprocess part: block hashing"] = timed(lambda: block_hashes(ids, engine.block_size, None), samples)
+    out["preprocess part: block hashing, whole prompt (cold)"] = timed(lambda: block_hashes(ids, engine.block_size, None), samples)
     back = _dumps(done)
     out["crossing: Preprocessed dumps"] = timed(lambda: _dumps(done), samples)
     out["crossing: Preprocessed loads"] = timed(lambda: pickle.loads(back), samples)
