@@ -18,8 +18,7 @@ from typing import Any, AsyncIterator, Callable, Sequence
 
 from agentserve.config import EngineSpec, LoraAdapterSpec, ScriptedCache, ScriptRule
 from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
-from agentserve.engines.scripted_cache import PrefixCache
-from agentserve.kv_events.block_hash import block_hashes
+from agentserve.engines.scripted_cache import PrefixCache, PromptHashes
 from agentserve.kv_events.publisher import KvEventPublisher
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.protocol import EngineDelta, EngineRequest, TokenLogprob
@@ -103,6 +102,7 @@ class ScriptedEngine:
         self._eos = eos_token_id
         self._cache_spec = cache
         self._cache = PrefixCache(cache.capacity_blocks, block_size, publisher.publish if publisher else None)
+        self._hashes = PromptHashes(block_size)
         self._active = 0
         self._started = 0
         self._aborted = 0
@@ -255,7 +255,7 @@ class ScriptedEngine:
                 ids = ids[: stop_at + 1]  # the stop string ends the turn: nothing after it is generated
             limit = request.max_tokens
             out = ids[:limit]
-            hashes = block_hashes(request.token_ids, self._cache.block_size, request.adapter, request.cache_salt)
+            hashes = self._hashes.hashes(request.token_ids, request.adapter, request.cache_salt)
             kv = self._cache.admit(request.token_ids, hashes, out, lora, request.cache_salt)
             cached = kv.cached_tokens
             prefill_ms = (request.prompt_tokens - cached) * self._cache_spec.prefill_ms_per_token

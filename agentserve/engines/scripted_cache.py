@@ -22,8 +22,11 @@ the first block's extra keys carry the salt after the LoRA name, as vLLM publish
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from typing import Callable, Sequence
+
+from agentserve.state.kept_turns import TokenHasher
 
 from agentserve.kv_events.format import BlockRemoved, BlockStored, KvEvent
 from agentserve.kv_events.block_hash import chain_digests, digest_value, root
@@ -198,3 +201,58 @@ class CachedRequest:
     def free(self) -> None:
         """The request ended (finished or aborted): its blocks stay cached, the tail first in line for eviction."""
         self._cache.blocks.touch_tail_first(self._hashes)
+
+
+class PromptHashes:
+    """A prompt's block hashes, those of a recent prompt it extends not computed again.
+
+    A real engine's block hashing is its own cost; this double's stands for none, and an agent session's next prompt
+    is its previous prompt plus a little: the hashes of the longest recent prompt (same adapter and salt) that the
+    new one starts with, checked by a digest of the ids, are kept, and only the blocks after it are hashed.
+    """
+
+    def __init__(self, block_size: int, max_blocks: int = 256 * 1024, tries: int = 2) -> None:
+        self._bs = block_size
+        self._max = max_blocks  # ~100 bytes a block held (digest, hash value, list slots): ~25 MiB
+        self._tries = tries
+        # (adapter, salt, n) -> a recent prompt: its length, the digest of its ids, its blocks' chain digests and hashes
+        self._recent: OrderedDict[tuple[str | None, str | None, int], tuple[int, bytes, list[bytes], list[int]]] = (
+            OrderedDict()
+        )
+        self._n = 0
+        self._held = 0  # blocks held over all entries
+
+    def hashes(self, ids: Sequence[int], adapter: str | None, salt: str | None) -> list[int]:
+        packed = array("I", ids)
+        blocks: list[bytes] = []
+        values: list[int] = []
+        hasher = TokenHasher()
+        done = 0  # ids already fed to hasher
+        tried = 0
+        for key in reversed(self._recent):
+            if key[:2] != (adapter, salt):
+                continue
+            length, digest, known, known_values = self._recent[key]
+            if length > len(packed) or not known:
+                continue
+            tried += 1
+            check = TokenHasher()
+            check.update(packed[:length])
+            if check.digest() == digest:
+                blocks, values, hasher, done = list(known), list(known_values), check, length
+                break
+            if tried >= self._tries:
+                break
+        start = len(blocks) * self._bs
+        rest = chain_digests(packed[start:].tolist(), self._bs, blocks[-1] if blocks else root(adapter, salt))
+        blocks += rest
+        values += [digest_value(d) for d in rest]
+        hasher.update(packed[done:])
+        self._n += 1
+        if len(blocks) <= self._max:
+            self._recent[(adapter, salt, self._n)] = (len(packed), hasher.digest(), blocks, values)
+            self._held += len(blocks)
+        while self._held > self._max:
+            _, (_, _, dropped, _) = self._recent.popitem(last=False)
+            self._held -= len(dropped)
+        return values

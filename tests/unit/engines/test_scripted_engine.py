@@ -2,6 +2,8 @@ import asyncio
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentserve.config import EngineSpec, LoraAdapterSpec
 from agentserve.engines.scripted import ScriptedEngine
@@ -206,3 +208,23 @@ def test_a_rule_naming_an_adapter_answers_under_that_adapter_only():
         return "".join(chr(t) for d in _run(e, _lora_req([1] * 5, adapter)) for t in d.token_ids if t)  # 0: EOS
 
     assert (said("pirate"), said("poet"), said(None)) == ("arr", "verse", "plain")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    turns=st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 50_000), max_size=70)), min_size=1, max_size=12),
+    adapter=st.sampled_from([None, "a"]),
+    salt=st.sampled_from([None, "s"]),
+)
+def test_prompt_hashes_equal_hashing_each_prompt_afresh(turns, adapter, salt):
+    """The engine double's hash memo (an agent's next prompt extends its previous one) is exact: whatever the prompts,
+    a fork or an unrelated one included, the hashes are the chain's from scratch."""
+    from agentserve.engines.scripted_cache import PromptHashes
+    from agentserve.kv_events.block_hash import block_hashes
+
+    memo = PromptHashes(4, max_blocks=40)
+    prompts: list[list[int]] = [[]]
+    for base, extra in turns:
+        prompt = prompts[min(base, len(prompts) - 1)] + extra  # extend one of the earlier prompts
+        prompts.append(prompt)
+        assert memo.hashes(prompt, adapter, salt) == block_hashes(prompt, 4, adapter, salt)
