@@ -191,7 +191,9 @@ class ResponsesSocket:
         await ws.accept()
         limits = self._handler.ctx.args.limits
         remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        inbox = Inbox(min(limits.max_ws_frame_bytes, limits.max_body_bytes), limits.max_ws_queued_bytes)
+        # a frame is a decoded request body: held to the body caps as well
+        frame_cap = min(limits.max_ws_frame_bytes, limits.max_body_bytes, limits.max_decompressed_bytes)
+        inbox = Inbox(frame_cap, limits.max_ws_queued_bytes)
         reader = asyncio.ensure_future(self._read(ws, inbox))
         turn: asyncio.Future | None = None
         try:
