@@ -1,8 +1,8 @@
 """Request limits: what one body may contain, and how much one API key may use at once and per minute.
 
-Body limits are checked on the parsed JSON before any model sees it, so a hostile body (a million messages,
-a 100 MB string, a tool schema nested 10,000 deep) costs one linear walk and a 400/413, never a render or
-a tokenizer run. Per-key limits answer 429 with `retry-after` at once: agents retry, so queueing here would
+Body limits are checked on the parsed JSON before any model sees it, so a hostile body (a million messages or
+content blocks anywhere, a 100 MB string, a tool schema nested 10,000 deep) costs one walk that stops at the first
+limit passed and a 400/413, never a render or a tokenizer run. Per-key limits answer 429 with `retry-after` at once: agents retry, so queueing here would
 only hide the overload (the router's bounded admission queue is the one place requests wait).
 
 Per-key limits are held in the state backend (agentserve/state), so they are global across ingress replicas:
@@ -44,6 +44,8 @@ def limited(method: str | None, path: str) -> bool:
     if method != "POST":
         return False
     return path.startswith(GENERATION_PATHS) or path.rstrip("/") in TOKENIZER_PATHS
+
+
 _PRUNE_EVERY_S = 300.0  # how often an ingress sweeps expired leases and idle buckets out of the database
 
 
@@ -74,18 +76,12 @@ async def read_body(request: Request, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    depth: int  # nesting of containers (a scalar alone is 0)
-    longest: int  # the longest string, keys included
-
-
-def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the request body") -> _Shape:
+def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the request body") -> None:
     """One pass over a parsed JSON value that refuses it as soon as a limit is passed: at most `max_json_items`
     elements and members counted (each container by its length, before its children are visited, so a huge array
     costs one `len`), containers past `depth_cap` refused before they are entered, strings past `max_string_chars`.
     Linear in what it visits and never more than the limits; the stack holds containers, not one entry per item."""
-    items, depth, longest = 0, 0, 0
+    items, longest = 0, 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         v, d = stack.pop()
@@ -95,8 +91,7 @@ def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the reques
         if not isinstance(v, (dict, list)):
             continue
         if d > depth_cap:
-            raise RequestError("invalid_request", f"{where} is nested more than {depth_cap} deep; the limit is {depth_cap}")
-        depth = max(depth, d)
+            raise RequestError("invalid_request", f"{where} is nested more than {depth_cap} deep (the limit)")
         items += len(v)
         if items > spec.max_json_items:
             raise RequestError(
@@ -117,7 +112,6 @@ def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the reques
             raise RequestError(
                 "too_large", f"a string in {where} has {longest} characters; the limit is {spec.max_string_chars}"
             )
-    return _Shape(depth, longest)
 
 
 def _tool_schema(tool: Any) -> Any:
