@@ -250,7 +250,15 @@ class LimitsSpec(_Strict):
     """
 
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)  # as sent (compressed or not)
-    max_decompressed_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    # The JSON a body holds once decoded (an uncompressed body is held to it as sent). Agent bodies are far smaller:
+    # a 300-turn Claude Code session is 0.8-2 MiB, a 1000-turn one 2.5-6.5 MiB (bench/claude_code_shape.py), more
+    # than any context window holds; parsing costs up to ~20x its size in memory for dense JSON, hence not more.
+    max_decompressed_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+    # Every array element and object member in the body, at any depth (content blocks, tool_calls, `tokens`,
+    # unknown fields): what the parse, the limits walk and validation cost is linear in. A 300-turn Claude Code
+    # session holds ~7.8K, a 1000-turn one ~25K; /detokenize of a 128K-token window 128K. Validation holds the GIL
+    # (~1 us per element of dense content blocks) even in a worker thread: this bounds that stall to ~0.15 s.
+    max_json_items: int = Field(default=131_072, ge=1)
     max_messages: int = Field(default=10_000, ge=1)  # messages / input items
     max_tools: int = Field(default=1_024, ge=0)
     max_string_chars: int = Field(default=16 * 1024 * 1024, ge=1)  # any one JSON string in the body

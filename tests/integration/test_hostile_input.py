@@ -3,8 +3,8 @@
 - every route, unauthenticated: 401 in the called API's envelope (only /health is open);
 - schemathesis over the ingress OpenAPI schema, and hypothesis bodies for the three APIs: no 5xx, no hang,
   every error in the right envelope;
-- malformed JSON, invalid UTF-8, zip bombs, oversized bodies and strings, deep tool schemas, prompts past
-  the window; per-key concurrency (429 + retry-after); stored responses visible only to their key;
+- malformed JSON, invalid UTF-8, zip bombs, oversized bodies, element counts and strings, deep tool schemas, prompts
+  past the window, all at the shipped body caps, with /health answering meanwhile; per-key concurrency (429 + retry-after); stored responses visible only to their key;
 - a client's own chat template (the 187-byte nested-loop request) and other `apply_chat_template` parameters in
   `chat_template_kwargs`: a 400 at once, and the graph keeps answering; stop strings and logit_bias past their caps.
 """
@@ -20,17 +20,21 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
+import zstandard
 
 from tests.support.graph import running_graph
 from tests.integration.conftest import RULES
 
 pytestmark = pytest.mark.integration
 
+
+def zstd_compress(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=19).compress(data)
+
 KEY, OTHER_KEY = "sk-agentserve-test-1", "sk-agentserve-test-2"
 AUTH = {"authorization": f"Bearer {KEY}"}
+# The body caps are the shipped ones (8 MiB decoded, 131,072 elements): the stalls they bound only show at them.
 LIMITS = {
-    "max_body_bytes": 2 * 1024 * 1024,
-    "max_decompressed_bytes": 4 * 1024 * 1024,
     "max_messages": 200,
     "max_tools": 64,
     "max_string_chars": 1024 * 1024,
@@ -158,15 +162,19 @@ def test_per_key_concurrency_is_429_with_retry_after(url):
             held = [asyncio.create_task(hold(i)) for i in range(2)]
             await asyncio.sleep(1.5)
             extra = await c.post("/v1/chat/completions", headers=AUTH, json=body)
+            tokenizer_work = [await c.post(p, headers=AUTH, json=j) for p, j in (
+                ("/v1/tokenize", {"model": "smollm2", "prompt": "hi"}), ("/detokenize", {"model": "smollm2", "tokens": [1]}))]
             other_key = await c.post("/v1/chat/completions", headers={"x-api-key": OTHER_KEY},
                                      json={**body, "stream": False, "messages": [{"role": "user", "content": "hi"}]})
             for t in held:
                 t.cancel()
             await asyncio.gather(*held, return_exceptions=True)
-            return extra, other_key
+            return extra, other_key, tokenizer_work
 
-    extra, other_key = asyncio.run(run())
+    extra, other_key, tokenizer_work = asyncio.run(run())
     assert extra.status_code == 429, extra.text
+    for r in tokenizer_work:  # the key's slots are taken: tokenizer work waits its turn too
+        assert r.status_code == 429, r.text
     assert_envelope("/v1/chat/completions", extra)
     assert other_key.status_code == 200  # limits are per key
 
@@ -182,15 +190,28 @@ def _nested(depth: int) -> dict[str, Any]:
     return schema
 
 
+def _dense(size: int) -> bytes:
+    """A Messages body whose bulk is one array of empty objects: the cheapest bytes to send, the dearest to parse."""
+    head = b'{"model":"smollm2","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"metadata":{"x":['
+    return head + b"{}," * ((size - len(head) - 8) // 3) + b"0]}}"
+
+
+_ZSTD_BOMB = zstd_compress(_dense(16 * 1024 * 1024))
+
+
 @pytest.mark.parametrize(
     "path, content, headers, status",
     [
         ("/v1/chat/completions", b"{not json", {}, 400),
         ("/v1/messages", b'{"model": "smollm2", "max_tokens": 5, "messages": [{"role": "user", "content": "\xff\xfe"}]}', {}, 400),
         ("/v1/responses", b'{"model": "smollm2", "input": "\\ud800"}', {}, 400),  # lone surrogate
-        ("/v1/chat/completions", gzip.compress(b" " * (8 * 1024 * 1024)), {"content-encoding": "gzip"}, 413),  # zip bomb
+        ("/v1/chat/completions", gzip.compress(b" " * (64 * 1024 * 1024)), {"content-encoding": "gzip"}, 413),  # zip bomb
+        ("/v1/messages", _ZSTD_BOMB, {"content-encoding": "zstd"}, 413),  # 1.4 KiB expanding to 16 MiB
         ("/v1/messages", zlib.compress(b"[" * (3 * 1024 * 1024)), {"content-encoding": "deflate"}, 400),
-        ("/v1/chat/completions", json.dumps(_chat("x" * (3 * 1024 * 1024))).encode(), {}, 413),  # body cap
+        ("/v1/chat/completions", json.dumps(_chat("x" * (9 * 1024 * 1024))).encode(), {}, 413),  # body cap
+        ("/v1/messages", _dense(7 * 1024 * 1024), {}, 413),  # elements past the cap, inside the byte cap
+        ("/v1/chat/completions", json.dumps(_chat([{"type": "text", "text": "a"}] * 50_000)).encode(), {}, 413),
+        ("/detokenize", json.dumps({"model": "smollm2", "tokens": [1] * 100_000}).encode(), {}, 400),  # past the window
         ("/v1/chat/completions", json.dumps(_chat("y" * (1024 * 1024 + 10))).encode(), {}, 413),  # string cap
         ("/v1/chat/completions", json.dumps({**_chat("hi"), "messages": [{"role": "user", "content": "a"}] * 201}).encode(), {}, 400),
         ("/v1/chat/completions", json.dumps({**_chat("hi"), "tools": [{"type": "function", "function": {"name": "f", "parameters": _nested(20)}}]}).encode(), {}, 400),
@@ -210,6 +231,42 @@ def test_hostile_bodies_are_clean_4xx(url, path, content, headers, status):
                    headers={**AUTH, "content-type": "application/json", "anthropic-version": "2023-06-01", **headers})
     assert r.status_code == status, r.text[:300]
     assert_envelope(path, r)
+
+
+def test_bombs_and_huge_bodies_at_the_shipped_caps_answer_at_once_while_health_keeps_answering(url):
+    """Before: the zstd bomb took ~4 s of the Ingress loop (and +580 MiB) and was accepted; /detokenize of 15 MiB of
+    ids decoded on the loop for 4.3 s. Now each is refused in well under a second, and /health never waits."""
+    other = {"authorization": f"Bearer {OTHER_KEY}"}  # two at once per key: the per-key limit is 2
+    attacks = [
+        ("/v1/messages", _ZSTD_BOMB, {"content-encoding": "zstd"}),
+        ("/v1/messages", zstd_compress(_dense(8 * 1024 * 1024 - 64)), {"content-encoding": "zstd", **other}),
+        ("/v1/chat/completions", _dense(8 * 1024 * 1024 - 64), {}),
+        ("/detokenize", b'{"model":"smollm2","tokens":[' + b"1," * (4 * 1024 * 1024 - 64) + b"1]}", other),
+    ]
+
+    async def run():
+        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+            async def attack(path, content, headers):
+                started = time.monotonic()
+                r = await c.post(path, content=content, headers={**AUTH, "content-type": "application/json",
+                                                                "anthropic-version": "2023-06-01", **headers})
+                return r, time.monotonic() - started
+
+            sent = asyncio.gather(*(attack(*a) for a in attacks))
+            waits = []
+            while not sent.done():
+                started = time.monotonic()
+                assert (await c.get("/health")).status_code == 200
+                waits.append(time.monotonic() - started)
+                await asyncio.sleep(0.02)
+            return await sent, waits
+
+    results, waits = asyncio.run(run())
+    for (path, _, _), (r, took) in zip(attacks, results):
+        assert r.status_code in (400, 413), (path, r.status_code, r.text[:200])
+        assert_envelope(path, r)
+        assert took < 5.0, (path, took)
+    assert max(waits) < 1.0, waits
 
 
 def test_prompts_past_the_window_and_huge_max_tokens(url):

@@ -43,7 +43,7 @@ from agentserve.ingress.middleware.auth import current_identity
 from agentserve.ingress.errors import ErrorEnvelopes
 from agentserve.ingress.middleware.faults import as_request_error
 from agentserve.ingress.handlers.responses import PreparedResponse, ResponsesHandler
-from agentserve.ingress.http import parse_json
+from agentserve.ingress.http import parse_frame
 from agentserve.ingress.middleware.limits import KeyLimiter
 
 logger = logging.getLogger("ray.serve")
@@ -191,7 +191,9 @@ class ResponsesSocket:
         await ws.accept()
         limits = self._handler.ctx.args.limits
         remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        inbox = Inbox(min(limits.max_ws_frame_bytes, limits.max_body_bytes), limits.max_ws_queued_bytes)
+        # a frame is a decoded request body: held to the body caps as well
+        frame_cap = min(limits.max_ws_frame_bytes, limits.max_body_bytes, limits.max_decompressed_bytes)
+        inbox = Inbox(frame_cap, limits.max_ws_queued_bytes)
         reader = asyncio.ensure_future(self._read(ws, inbox))
         turn: asyncio.Future | None = None
         try:
@@ -264,7 +266,7 @@ class ResponsesSocket:
                 if self._limiter.active():
                     held = await asyncio.to_thread(self._limiter.acquire, current_identity() or "")
                 spec = self._handler.ctx.args.limits
-                body = parse_json(text, CreateFrame, spec)
+                body = await parse_frame(text, CreateFrame, spec)
 
                 async def recall(response_id: str) -> list[Any] | None:
                     return remembered.get(response_id)

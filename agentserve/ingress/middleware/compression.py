@@ -2,7 +2,9 @@
 
 Codex sends zstd bodies behind the built-in OpenAI provider; gateways send gzip. Decompression is
 always bounded: a small compressed body can expand without limit (a "zip bomb"), so output past the
-cap is a 413, not an allocation.
+cap is a 413, not an allocation. Each coding is undone in chunks of CHUNK_BYTES that stop as soon as the output
+passes the cap: a bomb costs at most the cap plus one chunk of memory and the time to decompress that much, never
+the size it would expand to.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import zstandard
 
 from agentserve.protocol.errors import RequestError
 
-MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+MAX_DECOMPRESSED_BYTES = 8 * 1024 * 1024  # LimitsSpec.max_decompressed_bytes' default
+CHUNK_BYTES = 256 * 1024
 SUPPORTED = ("zstd", "gzip", "x-gzip", "deflate", "identity")
 
 
@@ -27,27 +30,36 @@ def _malformed(encoding: str, exc: Exception) -> RequestError:
 
 
 def _zstd(data: bytes, cap: int) -> bytes:
+    out = bytearray()
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-        out = reader.read(cap + 1)
+        while chunk := reader.read(min(CHUNK_BYTES, cap + 1 - len(out))):
+            out += chunk
+            if len(out) > cap:
+                raise _too_large(cap)
     except zstandard.ZstdError as exc:
         raise _malformed("zstd", exc) from exc
-    if len(out) > cap:
-        raise _too_large(cap)
-    return out
+    return bytes(out)
 
 
 def _zlib(data: bytes, cap: int, wbits: int, name: str) -> bytes:
     d = zlib.decompressobj(wbits)
+    out = bytearray()
+    pending = data
     try:
-        out = d.decompress(data, cap + 1)
+        while not d.eof:
+            chunk = d.decompress(pending, CHUNK_BYTES)
+            pending = d.unconsumed_tail
+            if not chunk and not pending:  # input used up, nothing left in zlib's buffers
+                break
+            out += chunk
+            if len(out) > cap:
+                raise _too_large(cap)
     except zlib.error as exc:
         raise _malformed(name, exc) from exc
-    if len(out) > cap or d.unconsumed_tail:
-        raise _too_large(cap)
     if not d.eof:
         raise _malformed(name, ValueError("truncated stream"))
-    return out
+    return bytes(out)
 
 
 def _deflate(data: bytes, cap: int) -> bytes:

@@ -1,8 +1,8 @@
 """Request limits: what one body may contain, and how much one API key may use at once and per minute.
 
-Body limits are checked on the parsed JSON before any model sees it, so a hostile body (a million messages,
-a 100 MB string, a tool schema nested 10,000 deep) costs one linear walk and a 400/413, never a render or
-a tokenizer run. Per-key limits answer 429 with `retry-after` at once: agents retry, so queueing here would
+Body limits are checked on the parsed JSON before any model sees it, so a hostile body (a million messages or
+content blocks anywhere, a 100 MB string, a tool schema nested 10,000 deep) costs one walk that stops at the first
+limit passed and a 400/413, never a render or a tokenizer run. Per-key limits answer 429 with `retry-after` at once: agents retry, so queueing here would
 only hide the overload (the router's bounded admission queue is the one place requests wait).
 
 Per-key limits are held in the state backend (agentserve/state), so they are global across ingress replicas:
@@ -32,8 +32,20 @@ from agentserve.state import StateBackend, open_backend
 
 logger = logging.getLogger("ray.serve")
 
-# Paths whose POSTs run the model (or the preprocessor); per-key limits apply to these.
+# Paths whose POSTs run the model, the preprocessor or the tokenizer; per-key limits apply to these (token counting
+# and /tokenize render the template, /detokenize decodes: as much CPU per request as a generation's preamble).
 GENERATION_PATHS = ("/v1/messages", "/v1/chat/completions", "/v1/responses")
+TOKENIZER_PATHS = ("/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize")
+
+
+def limited(method: str | None, path: str) -> bool:
+    """Whether a request counts against its key's concurrency and rate: every POST that costs model, template or
+    tokenizer work (GETs of models and stored responses, /health and /metrics do not)."""
+    if method != "POST":
+        return False
+    return path.startswith(GENERATION_PATHS) or path.rstrip("/") in TOKENIZER_PATHS
+
+
 _PRUNE_EVERY_S = 300.0  # how often an ingress sweeps expired leases and idle buckets out of the database
 
 
@@ -64,23 +76,42 @@ async def read_body(request: Request, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def _depth_and_longest(value: Any) -> tuple[int, int]:
-    """Nesting depth and longest string (keys included) of a parsed JSON value, without recursion."""
-    depth, longest = 0, 0
+def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the request body") -> None:
+    """One pass over a parsed JSON value that refuses it as soon as a limit is passed: at most `max_json_items`
+    elements and members counted (each container by its length, before its children are visited, so a huge array
+    costs one `len`), containers past `depth_cap` refused before they are entered, strings past `max_string_chars`.
+    Linear in what it visits and never more than the limits; the stack holds containers, not one entry per item."""
+    items, longest = 0, 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         v, d = stack.pop()
         if isinstance(v, str):
             longest = max(longest, len(v))
-        elif isinstance(v, dict):
-            depth = max(depth, d)
-            for k, item in v.items():
+            continue
+        if not isinstance(v, (dict, list)):
+            continue
+        if d > depth_cap:
+            raise RequestError("invalid_request", f"{where} is nested more than {depth_cap} deep (the limit)")
+        items += len(v)
+        if items > spec.max_json_items:
+            raise RequestError(
+                "too_large",
+                f"{where} holds more than {spec.max_json_items} array elements and object members (at any depth); "
+                f"the limit is {spec.max_json_items}",
+            )
+        children = v.values() if isinstance(v, dict) else v
+        if isinstance(v, dict):
+            for k in v:
                 longest = max(longest, len(k))
+        for item in children:
+            if isinstance(item, str):
+                longest = max(longest, len(item))
+            elif isinstance(item, (dict, list)):
                 stack.append((item, d + 1))
-        elif isinstance(v, list):
-            depth = max(depth, d)
-            stack.extend((item, d + 1) for item in v)
-    return depth, longest
+        if longest > spec.max_string_chars:
+            raise RequestError(
+                "too_large", f"a string in {where} has {longest} characters; the limit is {spec.max_string_chars}"
+            )
 
 
 def _tool_schema(tool: Any) -> Any:
@@ -97,12 +128,9 @@ def _tool_schema(tool: Any) -> Any:
 
 
 def check_body(data: Any, spec: LimitsSpec) -> None:
-    """Raise RequestError when a parsed request body is past a configured limit."""
-    depth, longest = _depth_and_longest(data)
-    if depth > spec.max_json_depth:
-        raise RequestError("invalid_request", f"request body is nested {depth} deep; the limit is {spec.max_json_depth}")
-    if longest > spec.max_string_chars:
-        raise RequestError("too_large", f"a string in the request body has {longest} characters; the limit is {spec.max_string_chars}")
+    """Raise RequestError when a parsed request body is past a configured limit (one bounded walk, then the
+    counts of the fields that have their own limit, then each tool schema's depth)."""
+    _walk(data, spec, spec.max_json_depth)
     if not isinstance(data, dict):
         return
     for name in ("messages", "input"):
@@ -114,13 +142,10 @@ def check_body(data: Any, spec: LimitsSpec) -> None:
         if len(tools) > spec.max_tools:
             raise RequestError("invalid_request", f"tools: {len(tools)} tools; the limit is {spec.max_tools}", param="tools")
         for i, tool in enumerate(tools):
-            d, _ = _depth_and_longest(_tool_schema(tool))
-            if d > spec.max_tool_schema_depth:
-                raise RequestError(
-                    "invalid_request",
-                    f"tools.{i}: input schema nested {d} deep; the limit is {spec.max_tool_schema_depth}",
-                    param=f"tools.{i}",
-                )
+            try:  # the schemas are part of the body already walked: this pass is bounded by that one
+                _walk(_tool_schema(tool), spec, spec.max_tool_schema_depth, f"tools.{i}: input schema")
+            except RequestError as err:
+                raise RequestError(err.kind, err.message, param=f"tools.{i}") from None
 
 
 # -- per-key concurrency and rate -------------------------------------------------------------------------
@@ -279,7 +304,7 @@ class KeyLimiter:
 
 
 class KeyLimitsMiddleware:
-    """Per-key limits on generation POSTs; the slot is held until the response (stream included) ends."""
+    """Per-key limits on generation and tokenizer POSTs (`limited`); the slot is held until the response (stream included) ends."""
 
     def __init__(
         self,
@@ -299,8 +324,7 @@ class KeyLimitsMiddleware:
         path = scope.get("path", "")
         if (
             scope["type"] != "http"
-            or scope.get("method") != "POST"
-            or not path.startswith(GENERATION_PATHS)
+            or not limited(scope.get("method"), path)
             or not self.limiter.active()  # no per-key limits: no database, no thread hop
         ):
             await self.app(scope, receive, send)
