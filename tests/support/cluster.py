@@ -22,10 +22,13 @@ from agentserve.bench.graph import start_ray, start_serve
 
 logger = logging.getLogger(__name__)
 
-TEST_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "0"}
-"""A stopping Ingress replica skips the 3 s it stays reachable for a load balancer to deregister it (HAProxy here
-retries a refused connection on another server): each app deleted between modules stops in ~1 s instead of 4. It
-still closes its listener first and waits for its in-flight requests, which test_faults' redeploy drain checks."""
+TEST_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "0", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.1"}
+"""- A stopping Ingress replica skips the 3 s it stays reachable for a load balancer to deregister it (HAProxy here
+  retries a refused connection on another server): each app deleted between modules stops in ~1 s instead of 4. It
+  still closes its listener first and waits for its in-flight requests, which test_faults' redeploy drain checks.
+- The controller's loop runs at Serve's default 0.1 s again (ray_env's 0.5 s is for a cluster at rest, which the
+  test cluster never is): every step of a deploy or delete is seen sooner, ~1 s less for each (measured: deploy
+  and delete of the integration graph 10.4 + 2.0 s -> 8.2-9.3 + 1.0 s)."""
 
 
 @dataclass
