@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.agentserve-installed
 
-.PHONY: install model harnesses serve test test-unit test-integration test-e2e bench
+.PHONY: install model adapter harnesses serve test test-unit test-integration test-e2e bench
 
 $(STAMP): pyproject.toml $(wildcard requirements/*.txt) scripts/install.sh
 	bash scripts/install.sh
@@ -12,6 +12,11 @@ install: $(STAMP)
 
 model: install
 	$(PY) -m agentserve.cli prepare-model
+
+# The demo LoRA adapter the e2e tests serve (~2 min of CPU training, once per checkpoint): set-up, not test time;
+# `make serve` does not need it.
+adapter: model
+	$(PY) -m agentserve.cli prepare-adapter
 
 harnesses:
 	bash scripts/install_harnesses.sh
@@ -27,7 +32,7 @@ SERVE_ENV = $(shell $(PY) -m agentserve.serve.ray_env)
 serve: model
 	env $(SERVE_ENV) $(PY) -c 'import ray; ray.init(namespace="serve", include_dashboard=$(SERVE_DASHBOARD)); from ray.serve.scripts import cli; cli(["run", "$(SERVE_CONFIG)"])'
 
-test: model harnesses
+test: model adapter harnesses
 	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15
 
 test-unit: install
@@ -36,5 +41,5 @@ test-unit: install
 test-integration: model
 	$(PY) -m pytest tests/integration -q
 
-test-e2e: model harnesses
+test-e2e: model adapter harnesses
 	$(PY) -m pytest tests/e2e -q

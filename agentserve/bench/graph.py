@@ -42,9 +42,10 @@ def _args_dict(args: Any) -> dict[str, Any] | None:
     return args
 
 
-def start_ray(*, num_cpus: int = 8, shipped_env: bool = True) -> None:
-    """A local Ray instance whose processes get the environment `make serve` ships (agentserve/serve/ray_env.py);
-    this driver keeps Ray's defaults (its sync `.result()` calls on handles need the handle router on its own loop)."""
+def start_ray(*, num_cpus: int = 8, shipped_env: bool = True, env: Mapping[str, str] | None = None) -> None:
+    """A local Ray instance whose processes get the environment `make serve` ships (agentserve/serve/ray_env.py),
+    with `env` on top; this driver keeps Ray's defaults (its sync `.result()` calls on handles need the handle router
+    on its own loop)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import ray
@@ -53,7 +54,7 @@ def start_ray(*, num_cpus: int = 8, shipped_env: bool = True) -> None:
 
     init: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": False}
     if shipped_env:
-        init.update(ignore_reinit_error=True, runtime_env={"env_vars": ray_env.beside_others()})
+        init.update(ignore_reinit_error=True, runtime_env={"env_vars": {**ray_env.beside_others(), **(env or {})}})
     ray.init(**init)
 
 

@@ -33,13 +33,23 @@ def load_rules(spec: EngineSpec) -> tuple[ScriptRule, ...]:
 
 
 def _grammar_compiler(tok: Any) -> Callable[[str], Any]:
-    """structural tag -> compiled grammar, with xgrammar as vLLM's backend uses it (compiled grammars cached)."""
+    """structural tag -> compiled grammar, with xgrammar as vLLM's backend uses it (compiled grammars cached).
+
+    The compiler is built at the first constrained request: importing xgrammar imports torch (~2 s of CPU), which
+    a replica that is never asked for a constraint (most test graphs) would spend at every start-up."""
     import functools
 
-    import xgrammar as xgr
+    @functools.lru_cache(maxsize=1)
+    def compiler() -> Callable[[str], Any]:
+        import xgrammar as xgr
 
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok))
-    return functools.lru_cache(maxsize=256)(compiler.compile_structural_tag)
+        return xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok)).compile_structural_tag
+
+    @functools.lru_cache(maxsize=256)
+    def compile_structural_tag(tag: str) -> Any:
+        return compiler()(tag)
+
+    return compile_structural_tag
 
 
 def _accepts(grammar: Any, ids: list[int], eos: int | None) -> bool:

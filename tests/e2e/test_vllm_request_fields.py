@@ -9,10 +9,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.support.graph import running_graph
-from tests.e2e.test_vllm_graph import VLLM_ARGS
-
-pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # the graph of test_vllm_graph.py (same VLLM_ARGS)
+pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # the shared vLLM graph (conftest.py's vllm_url)
 
 MODEL = "smollm2"
 WEATHER = {
@@ -46,9 +43,8 @@ PERSON = {
 
 
 @pytest.fixture(scope="module")
-def url(model_path):
-    with running_graph(VLLM_ARGS, name="agentserve", shared=True) as base:
-        yield base
+def url(vllm_url):
+    return vllm_url
 
 
 @pytest.fixture(scope="module")

@@ -34,8 +34,10 @@ WEATHER = {
 
 
 @pytest.fixture(scope="module")
-def special_model(model_path: Path, tmp_path_factory) -> Path:
+def special_model(model_path: Path, tmp_path_factory) -> Iterator[Path]:
     from transformers import AutoTokenizer
+
+    from agentserve.preprocess import tokenizer as tokenizers
 
     out = tmp_path_factory.mktemp("special-markers-model")
     for f in model_path.iterdir():
@@ -50,7 +52,12 @@ def special_model(model_path: Path, tmp_path_factory) -> Path:
     ids = reloaded.encode(REPLY, add_special_tokens=False)
     specials = {i for i, t in reloaded.added_tokens_decoder.items() if t.special}
     assert sum(i in specials for i in ids) == 4  # the engine will replay each marker as one special id
-    return out
+    # What `agentserve prepare-model` does for the embedded model: decide the tokenizer class here, where
+    # transformers is loaded already, so the replicas load it without importing torch (~5 s of CPU each).
+    tokenizers.remember_tokenizer_class(out)
+    yield out
+    entry = tokenizers.default_class_cache_dir() / f"{tokenizers._class_key(out)}.json"
+    entry.unlink(missing_ok=True)  # the directory is gone after the session: so is its entry
 
 
 @pytest.fixture(scope="module")

@@ -282,8 +282,11 @@ class EngineReplica:
         heartbeat = getattr(self, "_heartbeat", None)
         if heartbeat is not None:
             heartbeat.cancel()
-            try:  # leave the router's index now rather than after the heartbeat timeout
-                await asyncio.wait_for(self._router.deregister.remote(self._replica_id), timeout=2)
+            # Leave the router's index now rather than after the heartbeat timeout. A live router answers in
+            # milliseconds; when the whole app is deleted the router stops beside this replica and never answers,
+            # so the wait is short (a missed deregistration is the heartbeat timeout's, as for a killed replica).
+            try:
+                await asyncio.wait_for(self._router.deregister.remote(self._replica_id), timeout=0.5)
             except Exception:
                 pass
         engine = getattr(self, "_engine", None)
