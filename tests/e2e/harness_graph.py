@@ -38,4 +38,7 @@ def harness_args(work: Path) -> dict[str, Any]:
         "engine": {"kind": "scripted", "block_size": 16, "rules": [*rules, CATCH_ALL],
                    "cache": {"capacity_blocks": 32768}},  # every module's sessions (~20K-token prompts) stay cached
         "model": {"context_window": 200_000, "aliases": ["smollm2", "smollm2-135m-instruct", "claude-smollm2"]},
+        # The modules read each turn's prefix report; without API keys it is off unless asked for (one trusted user
+        # on loopback, as here: docs/OPERATIONS.md, threat model).
+        "doctor": {"header": "always"},
     }

@@ -14,7 +14,8 @@ import pytest
 from ray import serve
 
 from agentserve.config import LoraAdapterSpec
-from agentserve.kv_events.block_hash import block_hashes
+from agentserve.ingress.middleware.auth import identity_of
+from agentserve.kv_events.block_hash import block_hashes, cache_salt
 from tests.e2e.vllm_graph import BLOCK, PIRATE, TWIN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.graph("vllm")]  # the shared vLLM graph (conftest.py's vllm_url)
@@ -59,8 +60,11 @@ def _router_overlaps(url: str, messages: list[dict], cached_under: str, prompt_t
     assert len(tokens) == prompt_tokens
     router = serve.get_deployment_handle("Router", app_name="agentserve")
 
+    salt = cache_salt(identity_of("unused"))  # the client's key: its prompts are cached in its own partition
+
     def held(adapter: str | None) -> int:
-        return max(router.overlaps.remote(block_hashes(tokens, BLOCK, adapter)).result().values(), default=0)
+        hashes = block_hashes(tokens, BLOCK, adapter, salt)
+        return max(router.overlaps.remote(hashes).result().values(), default=0)
 
     deadline = time.monotonic() + 10
     while not held(cached_under) and time.monotonic() < deadline:
