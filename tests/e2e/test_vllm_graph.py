@@ -12,6 +12,7 @@ import openai
 import pytest
 from ray import serve
 
+from agentserve.bench.graph import wait_for
 from agentserve.engines import process_guard
 from agentserve.protocol.cluster import EngineReplicaStats
 from tests.e2e.vllm_graph import BLOCK, VLLM_ARGS
@@ -109,17 +110,32 @@ def _cmdlines() -> dict[int, str]:
 
 def test_the_engines_processes_end_with_its_replica(vllm_url):
     """vLLM's engine core and worker run as processes of the Engine replica; a guard names each of them, so they are
-    killed once the replica's process is gone however it ends (agentserve/engines/process_guard.py)."""
-    cmds = _cmdlines()
-    replicas = {pid for pid, cmd in cmds.items() if "ServeReplica:agentserve:Engine" in cmd}
-    engine = {p for r in replicas for p in process_guard.descendants(r) if cmds.get(p, "").startswith("VLLM::")}
-    guards = [cmd.split() for cmd in cmds.values() if "engines/process_guard.py" in cmd]
-    guarded = {
-        (int(argv[argv.index(path) + 1]), int(target.split(":")[0]))
-        for argv in guards
-        for path in [next(a for a in argv if a.endswith("engines/process_guard.py"))]
-        for target in argv[argv.index(path) + 2 :]
-    }
+    killed once the replica's process is gone however it ends (agentserve/engines/process_guard.py). Read until the
+    processes settle: a guard starts a moment after the process it watches, and a replica of the module before may
+    still be stopping."""
+
+    def read() -> tuple[set[int], set[int], set[tuple[int, int]]]:
+        cmds = _cmdlines()
+        replicas = {pid for pid, cmd in cmds.items() if "ServeReplica:agentserve:Engine" in cmd}
+        engine = {p for r in replicas for p in process_guard.descendants(r) if cmds.get(p, "").startswith("VLLM::")}
+        guards = [cmd.split() for cmd in cmds.values() if "engines/process_guard.py" in cmd]
+        guarded = {
+            (int(argv[argv.index(path) + 1]), int(target.split(":")[0]))
+            for argv in guards
+            for path in [next(a for a in argv if a.endswith("engines/process_guard.py"))]
+            for target in argv[argv.index(path) + 2 :]
+        }
+        return replicas, engine, guarded
+
+    def settled() -> tuple[set[int], set[int], set[tuple[int, int]]] | None:
+        replicas, engine, guarded = read()
+        ok = replicas and engine and {pid for _, pid in guarded} >= engine
+        return (replicas, engine, guarded) if ok else None
+
+    try:
+        replicas, engine, guarded = wait_for(settled, 30, 0.5, what="every engine process guarded")
+    except AssertionError:
+        replicas, engine, guarded = read()
     assert replicas and engine, (replicas, engine)
-    assert {pid for _, pid in guarded} >= engine
+    assert {pid for _, pid in guarded} >= engine, (engine, guarded)
     assert {watched for watched, _ in guarded} <= replicas
