@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentserve.state.sql import SqlBackend, Tx, schema
+from agentserve.state.sql import SqlBackend, Tx, init_totals, schema
 
 logger = logging.getLogger("ray.serve")
 
@@ -76,6 +76,7 @@ class PostgresBackend(SqlBackend):
                 tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (_SCHEMA_LOCK,))
                 for stmt in schema(blob="BYTEA", real="DOUBLE PRECISION", integer="BIGINT"):
                     tx.execute(stmt)
+                init_totals(tx)
             self._schema_ready = True
 
     @contextmanager

@@ -7,6 +7,12 @@ advisory lock on the named resource (a key's bucket or lease scope, or the store
 failing with "database is locked" once the busy timeout is spent).
 
 Recency for LRU eviction is a logical counter (`used`), not a time: many entries can share one clock reading.
+
+Each store's entry count and byte total live in one row of `TOTALS`, changed in the same transaction as the rows
+(every insert, replace and delete accounts for itself; deletes read the sizes back with RETURNING). Checking the
+bounds on every write by `COUNT(*), SUM(size)` instead scanned the whole table, and in SQLite reading `size` past an
+overflowing `body` reads the body too: a kept-turn write cost grew with everything kept, and at a few thousand
+entries it was a sixth of the Ingress's CPU. The row is filled from a scan once, when the table is new to it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ RESPONSES = "agentserve_responses"
 LEASES = "agentserve_leases"
 BUCKETS = "agentserve_buckets"
 KEPT = "agentserve_kept_turns"
+TOTALS = "agentserve_store_totals"
 
 
 class Tx(Protocol):
@@ -51,7 +58,46 @@ def schema(blob: str, real: str, integer: str) -> list[str]:
         f" used {integer} NOT NULL, expires_at {real} NOT NULL)",
         f"CREATE INDEX IF NOT EXISTS {KEPT}_used ON {KEPT} (used)",
         f"CREATE INDEX IF NOT EXISTS {KEPT}_expires ON {KEPT} (expires_at)",
+        f"CREATE TABLE IF NOT EXISTS {TOTALS} (store TEXT PRIMARY KEY, entries {integer} NOT NULL,"
+        f" bytes {integer} NOT NULL)",
     ]
+
+
+def init_totals(tx: Tx) -> None:
+    """Fill a store's totals row from its table the first time (a database an older version wrote); after that
+    every change keeps it. Run with the schema, in its transaction."""
+    for store in (RESPONSES, KEPT):
+        if tx.execute(f"SELECT 1 FROM {TOTALS} WHERE store = ?", (store,)).fetchone() is None:
+            count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {store}").fetchone()
+            tx.execute(f"INSERT INTO {TOTALS} (store, entries, bytes) VALUES (?, ?, ?)", (store, count, total))
+
+
+def _account(tx: Tx, store: str, entries: int, nbytes: int) -> None:
+    if entries or nbytes:
+        tx.execute(
+            f"UPDATE {TOTALS} SET entries = entries + ?, bytes = bytes + ? WHERE store = ?", (entries, nbytes, store)
+        )
+
+
+def _totals(tx: Tx, store: str) -> tuple[int, int]:
+    row = tx.execute(f"SELECT entries, bytes FROM {TOTALS} WHERE store = ?", (store,)).fetchone()
+    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+
+
+def _delete(tx: Tx, store: str, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run `DELETE FROM store ...` and account for what went; the number of rows deleted."""
+    sizes = tx.execute(f"{sql} RETURNING size", params).fetchall()
+    _account(tx, store, -len(sizes), -sum(int(n) for (n,) in sizes))
+    return len(sizes)
+
+
+def _replaced(tx: Tx, store: str, key_column: str, keys: Sequence[str]) -> tuple[int, int]:
+    """(entries, bytes) of the rows an upsert of `keys` replaces."""
+    if not keys:
+        return 0, 0
+    marks = ", ".join("?" for _ in keys)
+    sizes = tx.execute(f"SELECT size FROM {store} WHERE {key_column} IN ({marks})", tuple(keys)).fetchall()
+    return len(sizes), sum(int(n) for (n,) in sizes)
 
 
 class SqlBackend(ABC):
@@ -72,7 +118,8 @@ class SqlBackend(ABC):
         if size > own_bytes:
             return False
         with self._tx("responses") as tx:
-            tx.execute(f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
+            _delete(tx, RESPONSES, f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
+            old_n, old_b = _replaced(tx, RESPONSES, "id", (response_id,))
             tx.execute(
                 f"INSERT INTO {RESPONSES} (id, owner, body, size, used, expires_at)"
                 f" VALUES (?, ?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM {RESPONSES}), ?)"
@@ -80,9 +127,11 @@ class SqlBackend(ABC):
                 " size = excluded.size, used = excluded.used, expires_at = excluded.expires_at",
                 (response_id, owner, body, size, now + bounds.ttl_s),
             )
+            _account(tx, RESPONSES, 1 - old_n, size - old_b)
             if bounds.max_entries_per_owner is not None or bounds.max_bytes_per_owner is not None:
                 # The owner's own quota: its most recently used entries that fit (the new one is the most recent).
-                tx.execute(
+                _delete(
+                    tx, RESPONSES,
                     f"DELETE FROM {RESPONSES} WHERE id IN (SELECT id FROM (SELECT id,"
                     " COUNT(*) OVER (ORDER BY used DESC) AS n, SUM(size) OVER (ORDER BY used DESC) AS b"
                     f" FROM {RESPONSES} WHERE owner = ?) AS ranked WHERE n > ? OR b > ?)",
@@ -95,8 +144,8 @@ class SqlBackend(ABC):
         """Past the store's caps, the owner holding the most bytes loses its least recently used entries first
         (never `keep`, the entry just stored), so one key's traffic evicts its own entries before anyone else's."""
         while True:
-            count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {RESPONSES}").fetchone()
-            over_n, over_b = int(count) - bounds.max_entries, int(total) - bounds.max_bytes
+            count, total = _totals(tx, RESPONSES)
+            over_n, over_b = count - bounds.max_entries, total - bounds.max_bytes
             if over_n <= 0 and over_b <= 0:
                 return
             row = tx.execute(
@@ -107,7 +156,8 @@ class SqlBackend(ABC):
             if row is None:
                 return
             # Its oldest entries, until what goes covers what is over (a row goes while the rows before it do not).
-            tx.execute(
+            _delete(
+                tx, RESPONSES,
                 f"DELETE FROM {RESPONSES} WHERE id IN (SELECT id FROM (SELECT id,"
                 " COUNT(*) OVER (ORDER BY used ASC) - 1 AS n_before, SUM(size) OVER (ORDER BY used ASC) - size AS b_before"
                 f" FROM {RESPONSES} WHERE owner = ? AND id <> ?) AS ranked WHERE n_before < ? OR b_before < ?)",
@@ -134,10 +184,10 @@ class SqlBackend(ABC):
 
     def delete_response(self, response_id: str, owner: str, now: float) -> bool:
         with self._tx() as tx:
-            cur = tx.execute(
-                f"DELETE FROM {RESPONSES} WHERE id = ? AND owner = ? AND expires_at > ?", (response_id, owner, now)
-            )
-            return cur.rowcount > 0
+            return _delete(
+                tx, RESPONSES, f"DELETE FROM {RESPONSES} WHERE id = ? AND owner = ? AND expires_at > ?",
+                (response_id, owner, now),
+            ) > 0
 
     def response_stats(self, now: float) -> tuple[int, int]:
         with self._read() as tx:
@@ -153,17 +203,21 @@ class SqlBackend(ABC):
             return 0
         with self._tx("kept") as tx:
             (top,) = tx.execute(f"SELECT COALESCE(MAX(used), 0) FROM {KEPT}").fetchone()
+            unique = dict(rows)  # one row per key, the last written (as the upserts leave it)
+            old_n, old_b = _replaced(tx, KEPT, "key", list(unique))
             tx.executemany(
                 f"INSERT INTO {KEPT} (key, body, size, used, expires_at) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (key) DO UPDATE SET body = excluded.body, size = excluded.size,"
                 " used = excluded.used, expires_at = excluded.expires_at",
                 [(k, b, len(b), int(top) + 1 + i, now + bounds.ttl_s) for i, (k, b) in enumerate(rows)],
             )
-            tx.execute(f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
-            count, total = tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {KEPT}").fetchone()
+            _account(tx, KEPT, len(unique) - old_n, sum(map(len, unique.values())) - old_b)
+            _delete(tx, KEPT, f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
+            count, total = _totals(tx, KEPT)
             if count > bounds.max_entries or total > bounds.max_bytes:
                 # Down to 90% of the bounds: a full store evicts once per tenth of its size, not on every batch.
-                tx.execute(
+                _delete(
+                    tx, KEPT,
                     f"DELETE FROM {KEPT} WHERE key IN (SELECT key FROM (SELECT key,"
                     " COUNT(*) OVER (ORDER BY used DESC) AS n, SUM(size) OVER (ORDER BY used DESC) AS b"
                     f" FROM {KEPT}) AS ranked WHERE n > ? OR b > ?)",
@@ -244,6 +298,6 @@ class SqlBackend(ABC):
     def prune(self, now: float, buckets_idle_s: float) -> None:
         with self._tx() as tx:
             tx.execute(f"DELETE FROM {LEASES} WHERE expires_at <= ?", (now,))
-            tx.execute(f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
-            tx.execute(f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
+            _delete(tx, RESPONSES, f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
+            _delete(tx, KEPT, f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
             tx.execute(f"DELETE FROM {BUCKETS} WHERE stamp < ?", (now - buckets_idle_s,))

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from agentserve.state.sql import SqlBackend, Tx, schema
+from agentserve.state.sql import SqlBackend, Tx, init_totals, schema
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -36,6 +36,7 @@ class SQLiteBackend(SqlBackend):
             with self._tx_locked() as tx:
                 for stmt in schema(blob="BLOB", real="REAL", integer="INTEGER"):
                     tx.execute(stmt)
+                init_totals(tx)
 
     @contextmanager
     def _tx_locked(self) -> Iterator[Tx]:

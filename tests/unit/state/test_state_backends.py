@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 import psycopg
+from hypothesis import given, settings, strategies as st
 import pytest
 
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
@@ -279,3 +280,90 @@ def test_kept_turns_survive_a_reopen_and_keep_the_most_recently_used(opener):
     assert set(got) == set(keys) - {"k1", "k2"} and got["k10"].output_ids == (10, 9)
     assert again.stats()[0] == 9
     again.close()
+
+
+# -- store totals: the bounds are checked against a running count, which must stay the table's --------------
+def _scan(backend: StateBackend) -> dict[str, tuple[int, int]]:
+    from agentserve.state.sql import KEPT, RESPONSES, TOTALS
+
+    with backend._read() as tx:  # type: ignore[attr-defined]
+        kept = {row[0]: (int(row[1]), int(row[2])) for row in tx.execute(f"SELECT store, entries, bytes FROM {TOTALS}").fetchall()}
+        scanned = {s: tuple(int(v) for v in tx.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {s}").fetchone())
+                   for s in (RESPONSES, KEPT)}
+    return {"totals": kept, "scanned": scanned}
+
+
+_op = st.one_of(
+    st.tuples(st.just("response"), st.integers(0, 5), st.sampled_from(["a", "b"]), st.integers(1, 300)),
+    st.tuples(st.just("delete"), st.integers(0, 5), st.sampled_from(["a", "b"])),
+    st.tuples(st.just("kept"), st.lists(st.tuples(st.integers(0, 7), st.integers(1, 300)), min_size=1, max_size=4)),
+    st.tuples(st.just("later"), st.floats(0.0, 40.0)),
+    st.tuples(st.just("prune")),
+)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_store_totals_follow_every_write_and_the_bounds_hold(kind, request, tmp_path):
+    """Any sequence of stores, replacements, deletes, expiries, evictions and prunes: each store's running totals
+    equal a scan of its table, and neither store ends past its entry or byte bounds."""
+    from agentserve.state.sql import KEPT, RESPONSES, TOTALS
+
+    if kind == "sqlite":
+        backend: StateBackend = SQLiteBackend(tmp_path / "totals.sqlite3")
+    else:
+        server = request.getfixturevalue("pg_server")
+        db = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {db}")
+        backend = PostgresBackend(f"{server.replace('dbname=postgres', '')} dbname={db}")
+    bounds = StoreBounds(max_entries=4, max_bytes=700, ttl_s=30.0, max_entries_per_owner=3, max_bytes_per_owner=500)
+    kept_bounds = StoreBounds(max_entries=5, max_bytes=800, ttl_s=30.0)
+
+    @settings(max_examples=25 if kind == "postgres" else 60, deadline=None)
+    @given(st.lists(_op, max_size=25))
+    def run(ops):
+        with backend._tx() as tx:  # type: ignore[attr-defined]
+            for table in (RESPONSES, KEPT):
+                tx.execute(f"DELETE FROM {table}")
+            tx.execute(f"UPDATE {TOTALS} SET entries = 0, bytes = 0")
+        now = 1000.0
+        for op in ops:
+            if op[0] == "response":
+                backend.put_response(f"r{op[1]}", op[2], b"x" * op[3], now, bounds)
+            elif op[0] == "delete":
+                backend.delete_response(f"r{op[1]}", op[2], now)
+            elif op[0] == "kept":
+                backend.put_kept_turns([(f"k{k}", b"y" * n) for k, n in op[1]], now, kept_bounds)
+            elif op[0] == "later":
+                now += op[1]
+            else:
+                backend.prune(now, buckets_idle_s=1.0)
+            seen = _scan(backend)
+            assert seen["totals"] == seen["scanned"]
+            assert seen["scanned"][RESPONSES][0] <= bounds.max_entries
+            assert seen["scanned"][RESPONSES][1] <= bounds.max_bytes
+            # kept turns evict to 90% once past a bound: never past it after a write
+            assert seen["scanned"][KEPT][0] <= kept_bounds.max_entries
+            assert seen["scanned"][KEPT][1] <= kept_bounds.max_bytes
+
+    try:
+        run()
+    finally:
+        backend.close()
+
+
+def test_a_database_from_before_the_totals_gets_them_from_its_rows(opener):
+    """A database an earlier version wrote (no totals table): opening it counts what it holds, so its bounds
+    still hold."""
+    from agentserve.state.sql import KEPT, TOTALS
+
+    backend = opener()
+    bounds = StoreBounds(max_entries=3, max_bytes=1 << 20, ttl_s=60.0)
+    backend.put_kept_turns([(f"k{i}", b"z" * 10) for i in range(3)], 1000.0, bounds)
+    with backend._tx() as tx:  # type: ignore[attr-defined]
+        tx.execute(f"DROP TABLE {TOTALS}")
+    backend.close()
+    again = opener()
+    assert _scan(again)["totals"][KEPT] == (3, 30)
+    again.put_kept_turns([("k3", b"z" * 10)], 1001.0, bounds)  # past the entry bound: evicts down to 90%
+    assert _scan(again)["scanned"][KEPT][0] <= 3
