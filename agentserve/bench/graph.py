@@ -13,7 +13,10 @@ Ray with its defaults instead (how the preamble and router_vllm benchmarks have 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, TypeVar
@@ -40,6 +43,22 @@ def _args_dict(args: Any) -> dict[str, Any] | None:
     if isinstance(args, ServeArgs):
         return args.model_dump(mode="json", exclude_unset=True)
     return args
+
+
+_data_dir: list[str] = []
+
+
+def _own_state(args: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`args` with the state in this process's own temporary directory unless they name one: a benchmark or test
+    run neither reads what earlier runs left in the user's data directory (a store grown by every run before made
+    later figures depend on the order of runs) nor leaves its own there. One directory per process, so graphs
+    started one after another in it (a restart) still share their state."""
+    if args is None or "data_dir" in (args.get("state") or {}) or os.environ.get("AGENTSERVE_DATA_DIR"):
+        return args
+    if not _data_dir:
+        _data_dir.append(tempfile.mkdtemp(prefix="agentserve-graph-state-"))
+        atexit.register(shutil.rmtree, _data_dir[0], True)
+    return {**args, "state": {**(args.get("state") or {}), "data_dir": _data_dir[0]}}
 
 
 def start_ray(*, num_cpus: int = 8, shipped_env: bool = True, env: Mapping[str, str] | None = None) -> None:
@@ -94,7 +113,7 @@ def running_graphs(
         port = start_serve(http_options)
         t0 = time.perf_counter()
         for name, (args, prefix) in apps.items():
-            serve.run(build_app(_args_dict(args)), name=name, route_prefix=prefix)
+            serve.run(build_app(_own_state(_args_dict(args))), name=name, route_prefix=prefix)
         url = GraphURL(f"http://127.0.0.1:{port}")
         url.deploy_s = time.perf_counter() - t0
         url.serve_s = time.perf_counter() - t_serve
