@@ -69,7 +69,7 @@ class HarmonyStage:
         self.kind, name = self._classify(header)
         self.st = _BODY
         if self.kind == _TOOL:
-            self.text.before_block()
+            self.text.boundary()
             self.sink.raw = [header, MESSAGE]
             self.args = ArgsStream()
             if name:

@@ -69,7 +69,7 @@ class BlockStage:
         return self.body is not None
 
     def _open_body(self, marker: str) -> None:
-        self.text.before_block()
+        self.text.boundary()
         self._probe = False
         self.body = self.fmt.make_body(marker, self.sink, self.tools)
         if marker != self.fmt.bare_start:
