@@ -62,8 +62,9 @@ class ToolCallEnd:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallError:
-    """The call region at `index` is malformed; `raw` is the model text of the region, at least up to the point
-    where the error was found (it may include the rest of the delta that carried the error).
+    """The call region at `index` is malformed; `raw` is the model text of the region (from the end of the call
+    before it), up to the point where the error was found or, where the parser skips the broken call, to its end.
+    It does not depend on how the stream was split into deltas.
 
     It may follow a `ToolCallStart` and some `ToolCallArgsDelta`s: it then cancels that call (no
     `ToolCallEnd` follows). It may also come alone, when no name could be read.

@@ -17,7 +17,7 @@ import re
 from .events import Event, ReasoningDelta
 from .jsonscan import ArgsStream
 from .scanner import MarkerScanner, MarkerSet
-from .sink import CallSink
+from .sink import CallSink, name_error
 from .text import TextOut
 
 __all__ = ["HarmonyStage", "MARKERS"]
@@ -69,14 +69,15 @@ class HarmonyStage:
         self.kind, name = self._classify(header)
         self.st = _BODY
         if self.kind == _TOOL:
-            self.text.before_block()
+            self.text.boundary()
             self.sink.raw = [header, MESSAGE]
             self.args = ArgsStream()
-            if name:
-                self.sink.start(name)
-            else:
-                self.sink.error("tool call has no name")
+            err = name_error(name)
+            if err:
+                self.sink.error(err)
                 self.kind = "skip"
+            else:
+                self.sink.start(name)
 
     def _body_text(self, t: str) -> None:
         if self.kind == _R:

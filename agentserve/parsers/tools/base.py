@@ -69,7 +69,7 @@ class BlockStage:
         return self.body is not None
 
     def _open_body(self, marker: str) -> None:
-        self.text.before_block()
+        self.text.boundary()
         self._probe = False
         self.body = self.fmt.make_body(marker, self.sink, self.tools)
         if marker != self.fmt.bare_start:
@@ -117,13 +117,11 @@ class BlockStage:
                 break
             t, m = piece
             if t:
-                self.sink.raw.append(t)
+                self.sink.take(t)
                 k = body.on_text(t)
                 if k is not None:
                     rest = t[k:]
-                    raw = self.sink.raw
-                    if rest and raw and raw[-1] is t:
-                        raw[-1] = t[:k]
+                    self.sink.unread(len(rest))
                     if body.rejected is not None:
                         self._probe = False
                         self.text.emit(body.rejected)

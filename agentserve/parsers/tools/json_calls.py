@@ -12,7 +12,7 @@ import json
 
 from ..jsonscan import WS, JsonValueScanner
 from ..scanner import EMPTY, MarkerSet
-from ..sink import CallSink
+from ..sink import CallSink, name_error
 from .base import CONT, DONE, Body
 
 __all__ = ["JsonCallsBody"]
@@ -83,8 +83,11 @@ class JsonCallsBody(Body):
                 name = json.loads("".join(self.val_parts))
             except ValueError:
                 return "tool name is not a JSON string"
-            if not isinstance(name, str) or not name:
+            if not isinstance(name, str):
                 return "tool name is not a string"
+            err = name_error(name)
+            if err:
+                return err
             self.name = name
             self.sink.start(name)
             if self.args_buf and self.args_done:
@@ -96,12 +99,13 @@ class JsonCallsBody(Body):
         self.val_parts = []
         return None
 
-    def _obj_done(self) -> None:
+    def _obj_done(self, at: int) -> None:
+        """The object closed at `at` in the current text; more calls of the block may follow in the same text."""
         self.in_obj = False
         if self.name is None:
-            self.sink.error("tool call has no name")
+            self.sink.error("tool call has no name", at)
         else:
-            self.sink.end()
+            self.sink.end(at=at)
         self._reset_obj()
 
     def _fail(self, msg: str) -> None:
@@ -115,7 +119,7 @@ class JsonCallsBody(Body):
             st = self.st
             if st == _SKIP:
                 if self.end is None:  # no closing marker: report now, the rest is text again
-                    self.sink.error(self.failed or "malformed tool call")
+                    self.sink.error(self.failed or "malformed tool call", i)
                     return i
                 return None
             if st == _VALUE and (self.vs.kind or t[i] not in WS):  # type: ignore[union-attr]
@@ -175,7 +179,7 @@ class JsonCallsBody(Body):
                     self.st = _KEYSTR
                     continue  # the scanner consumes the quote
                 if c == "}":
-                    self._obj_done()
+                    self._obj_done(i + 1)
                     self.st = _AFTER_OBJ
                     i += 1
                     continue
@@ -193,7 +197,7 @@ class JsonCallsBody(Body):
                 if c == ",":
                     self.st = _KEY
                 elif c == "}":
-                    self._obj_done()
+                    self._obj_done(i + 1)
                     self.st = _AFTER_OBJ
                 else:
                     self._fail("expected ',' or '}'")

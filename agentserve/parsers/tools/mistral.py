@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..jsonscan import WS, ArgsStream
 from ..scanner import MarkerSet
-from ..sink import CallSink
+from ..sink import CallSink, name_error
 from .base import CONT, DONE, DONE_UNREAD, Body
 from .json_calls import JsonCallsBody
 
@@ -31,31 +31,33 @@ class MistralBody(Body):
         self.markers = _NAME_SET
         self.name_parts: list[str] = []
         self.json: JsonCallsBody | None = None
+        self.failed = ""
 
-    def _skip(self) -> None:
-        """A broken call: ignore its text up to the next [TOOL_CALLS] or the end of the stream."""
-        self.st, self.markers = _SKIP, _ARGS_SET
+    def _skip(self, err: str) -> None:
+        """A broken call: ignore its text up to the next [TOOL_CALLS] or the end of the stream, and report it there,
+        with all that text as its raw (reported where it was found, it would carry the rest of that delta only)."""
+        self.st, self.markers, self.failed = _SKIP, _ARGS_SET, err
 
     def _start_args(self) -> bool:
         name = "".join(self.name_parts).strip()
-        if not name:
-            self.sink.error("tool call has no name")
-            self._skip()
+        err = name_error(name)
+        if err:
+            self._skip(err)
             return False
         self.sink.start(name)
         self.st, self.markers, self.args = _ARGS_ST, _ARGS_SET, ArgsStream()
         return True
 
-    def _feed_args(self, t: str) -> int | None:
-        frag, end = self.args.feed(t)
+    def _feed_args(self, t: str, off: int = 0) -> int | None:
+        """Arguments text from t[off:]; returns where in t the call ended, if it did."""
+        frag, end = self.args.feed(t[off:] if off else t)
         self.sink.args(frag)
         if self.args.bad:
-            self.sink.error("arguments are not a JSON object")
-            self._skip()
+            self._skip("arguments are not a JSON object")
             return None
         if end >= 0:
-            self.sink.end()
-            return end
+            self.sink.end(at=off + end)
+            return off + end
         return None
 
     def on_text(self, t: str) -> int | None:
@@ -79,8 +81,7 @@ class MistralBody(Body):
             self.name_parts.append(t[:k])
             if not self._start_args():
                 return None
-            r = self._feed_args(t[k:])
-            return None if r is None else k + r
+            return self._feed_args(t, k)
         if st == _ARGS_ST:
             return self._feed_args(t)
         if st == _JSON:
@@ -92,11 +93,14 @@ class MistralBody(Body):
 
     def on_marker(self, m: str) -> int:
         st = self.st
-        if st == _SKIP:
-            return DONE_UNREAD if m == TOOL_CALLS else CONT
+        if st == _SKIP and m != TOOL_CALLS:
+            return CONT
         if m == TOOL_CALLS:
             # the next call starts: whatever is open here is broken (or the call was empty)
-            if st == _JSON:
+            self.sink.unread(len(m))  # the marker is the next call's text
+            if st == _SKIP:
+                self.sink.error(self.failed)
+            elif st == _JSON:
                 self.json.on_marker(m)  # type: ignore[union-attr]
             elif st == _ARGS_ST:
                 if self.args.blank:
@@ -117,7 +121,9 @@ class MistralBody(Body):
     def finish(self) -> None:
         if self.st == _JSON:
             self.json.finish()  # type: ignore[union-attr]
-        elif self.st == _SKIP or (self.st == _ARGS_ST and self.args.done):
+        elif self.st == _SKIP:
+            self.sink.error(self.failed)
+        elif self.st == _ARGS_ST and self.args.done:
             pass
         else:
             self.sink.truncated()

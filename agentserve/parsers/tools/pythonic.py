@@ -40,6 +40,8 @@ class PythonicBody(Body):
         self.depth = 0
         self.quote = ""
         self.esc = False
+        self.failed = ""
+        self.gap = False  # whitespace after the name or keyword being read
 
     def _not_a_call(self, i: int, t: str) -> int | None:
         if self.probe is not None:  # nothing committed: this was answer text
@@ -48,8 +50,9 @@ class PythonicBody(Body):
         return self._bad("malformed pythonic tool call")
 
     def _bad(self, msg: str) -> None:
-        """Report the broken call and ignore the rest of the block (up to <|python_end|> or end of stream)."""
-        self.sink.error(msg)
+        """Ignore the rest of the block (up to <|python_end|> or end of stream) and report the broken call there, with
+        all that text as its raw (reported where it was found, it would carry the rest of that delta only)."""
+        self.failed = msg
         self.st = _BAD
         return None
 
@@ -65,9 +68,9 @@ class PythonicBody(Body):
         self.sink.args(f"{head}{json.dumps(self.key, ensure_ascii=False)}: {value}")
         return None
 
-    def _end_call(self) -> None:
+    def _end_call(self, at: int) -> None:
         self.sink.args("}" if self.nparams else "{}")
-        self.sink.end(validate=False)
+        self.sink.end(validate=False, at=at)
         self.st = _AFTER
 
     def on_text(self, t: str) -> int | None:
@@ -87,15 +90,19 @@ class PythonicBody(Body):
                     return self._bad(err)
                 self.st = _KEY
                 if t[i] == ")":
-                    self._end_call()
+                    self._end_call(i + 1)
                 i += 1
                 continue
             c = t[i]
             if (st == _NAME or st == _KEY) and _IDENT.match(c):
+                if self.tok and self.gap:  # `bad name(`: a space inside a name or keyword
+                    return self._not_a_call(i, t)
+                self.gap = False
                 self.tok.append(c)
                 i += 1
                 continue
             if c in WS:
+                self.gap = bool(self.tok)
                 i += 1
                 continue
             if st == _LIST:
@@ -120,7 +127,7 @@ class PythonicBody(Body):
                 self.st, self.tok, self.nparams = _KEY, [], 0
             elif st == _KEY:
                 if c == ")" and not self.tok:
-                    self._end_call()
+                    self._end_call(i + 1)
                 elif c == "," and not self.tok:
                     pass
                 elif c == "=" and self.tok:
@@ -176,11 +183,15 @@ class PythonicBody(Body):
         return -1
 
     def on_marker(self, marker: str) -> int:
-        if self.st not in (_DONE, _BAD, _AFTER):
+        if self.st == _BAD:
+            self.sink.error(self.failed)
+        elif self.st not in (_DONE, _AFTER):
             self.sink.error("pythonic tool call closed before it ended")
         return DONE
 
     def finish(self) -> None:
+        if self.st == _BAD:
+            self.sink.error(self.failed)
         if self.st in (_BAD, _DONE, _AFTER):
             return
         if self.probe is not None and self.st != _NAME:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..jsonscan import ArgsStream
 from ..scanner import MarkerSet
-from ..sink import CallSink
+from ..sink import CallSink, name_error
 from .base import CONT, DONE, Body
 
 __all__ = ["SepFormat", "SepBody", "DEEPSEEK_V3", "DEEPSEEK_V31", "KIMI_K2"]
@@ -61,7 +61,7 @@ class SepBody(Body):
             _AFTER: MarkerSet((fmt.call_close, fmt.call_open, fmt.section_close)),
         }
         self._name_re = re.compile(fmt.header_name) if fmt.header_name else None
-        self._skipping = False
+        self._skipping: str | None = None  # a broken call's error, reported at its end with all its text
         self._calls = 0
         self._set(_SECTION if self.in_section else _HEADER)
 
@@ -79,8 +79,9 @@ class SepBody(Body):
         if self._name_re is not None:
             m = self._name_re.match(name)
             name = m.group("name").strip() if m else name
-        if not name:
-            self.sink.error("tool call has no name")
+        err = name_error(name)
+        if err:
+            self._set_skip(err)
             return False
         self.sink.start(name, call_id)
         return True
@@ -102,30 +103,27 @@ class SepBody(Body):
                 self._set(_ARGS)
                 if self._start(line[:k]):
                     self._feed_args(line[k + 1 :])
-                else:
-                    self._set_skip()
         elif st == _ARGS and self.sink.started:
             self._feed_args(t)
         return None
 
-    def _set_skip(self) -> None:
-        # the error is already reported; ignore text up to the next call or the end of the section
+    def _set_skip(self, err: str) -> None:
+        """Ignore text up to the call's end; the error is reported there, so its raw text is the whole call whatever
+        the chunking (reported where it was found, it would carry the rest of that delta only)."""
         self.st = _AFTER
         self.markers = self._sets[_AFTER]
-        self._skipping = True
+        self._skipping = err
 
     def _close_call(self) -> None:
         """A call-ending marker arrived: finish the open call, or report it broken."""
         self._calls += 1
-        if self._skipping:
-            self._skipping = False
-            return
-        if self.st == _HEADER:
+        if self.st == _NAMELINE and self._start("".join(self.head)):
+            self.sink.end()
+        elif self._skipping:
+            self.sink.error(self._skipping)
+            self._skipping = None
+        elif self.st == _HEADER:
             self.sink.error("tool call has no arguments separator")
-        elif self.st == _NAMELINE:
-            head = "".join(self.head)
-            if self._start(head):
-                self.sink.end()
         elif self.sink.started:
             if self.args.bad:
                 self.sink.error("arguments are not a JSON object")
@@ -147,8 +145,7 @@ class SepBody(Body):
             else:
                 name = "".join(self.head)
                 self._set(_ARGS)
-                if not self._start(name):
-                    self._set_skip()
+                self._start(name)
             return CONT
         self._close_call()
         if m == f.call_open:
@@ -161,6 +158,7 @@ class SepBody(Body):
 
     def finish(self) -> None:
         if self._skipping:
+            self.sink.error(self._skipping)
             return
         if self.st == _SECTION:
             if not self._calls:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..scanner import MarkerSet
 from ..schema import ToolIndex, coerce
-from ..sink import CallSink
+from ..sink import CallSink, name_error
 from .base import CONT, DONE, Body
 
 __all__ = ["XmlFormat", "XmlBody", "QWEN3_CODER", "MINIMAX_M2", "GLM47"]
@@ -85,8 +85,9 @@ class XmlBody(Body):
     # -- call building --------------------------------------------------------------------------------------
     def _begin(self) -> bool:
         name = _unquote("".join(self.buf))
-        if not name:
-            self.sink.error("tool call has no name")
+        err = name_error(name)
+        if err:
+            self.sink.error(err)
             self._set(_SKIP)
             return False
         self.name = name
