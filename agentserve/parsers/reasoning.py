@@ -4,6 +4,11 @@
 opens the block in the prompt; a leading start marker the model writes anyway is dropped. A reasoning block is only
 opened by a start marker outside tool-call blocks (the tool stage says whether it is inside one), so a `<think>`
 inside tool arguments stays argument text. Several reasoning blocks per output are allowed.
+
+`implicit_end` markers end an unclosed block and stay in the output for the tool parser: Qwen3.5 opens a tool call
+inside its thinking without `</think>` (as vLLM notes), Kimi its tool-call section. A marker with a confirmation only
+ends the block when that follows it (after whitespace, within `LOOKAHEAD` characters): `<tool_call>` is a call only
+as `<tool_call>\n<function=`, and a thought that merely mentions `<tool_call>` stays reasoning.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .events import Event, ReasoningDelta
+from .jsonscan import WS
 from .scanner import MarkerScanner, MarkerSet
 
 __all__ = ["ReasoningFormat", "REASONING_FORMATS", "ReasoningStage"]
+
+LOOKAHEAD = 32  # characters after an implicit-end marker within which its confirmation must start
 
 
 @dataclass(frozen=True)
@@ -22,18 +30,19 @@ class ReasoningFormat:
     start: str
     end: str
     forced: bool = False
+    implicit_end: tuple[tuple[str, str], ...] = ()  # (marker, confirmation or "") pairs
 
 
 _THINK = ("<think>", "</think>")
 REASONING_FORMATS: dict[str, ReasoningFormat] = {
-    "qwen3": ReasoningFormat(*_THINK),
+    "qwen3": ReasoningFormat(*_THINK, implicit_end=(("<tool_call>", "<function"),)),
     "glm45": ReasoningFormat(*_THINK),
     "nemotron_deci": ReasoningFormat(*_THINK),
     "deepseek_r1": ReasoningFormat(*_THINK, forced=True),
     "nemotron3": ReasoningFormat(*_THINK, forced=True),
     "nemotron_nano": ReasoningFormat(*_THINK, forced=True),
     "minimax_append_think": ReasoningFormat(*_THINK, forced=True),
-    "kimi": ReasoningFormat("◁think▷", "◁/think▷"),
+    "kimi": ReasoningFormat("◁think▷", "◁/think▷", implicit_end=(("<|tool_calls_section_begin|>", ""),)),
     "mistral": ReasoningFormat("[THINK]", "[/THINK]"),
 }
 # "gpt_oss" is handled by harmony.HarmonyStage (channels decide reasoning and tool calls together).
@@ -58,7 +67,8 @@ class ReasoningStage:
         self.in_tool_block = in_tool_block
         self.sc = MarkerScanner()
         self.in_reasoning = fmt.forced or started
-        self._in_set = MarkerSet((fmt.start, fmt.end))
+        self._implicit = dict(fmt.implicit_end)
+        self._in_set = MarkerSet((fmt.start, fmt.end, *self._implicit))
         self._out_set = MarkerSet((fmt.start,))
 
     def feed(self, data: str, final: bool = False) -> None:
@@ -77,6 +87,17 @@ class ReasoningStage:
                 if m == f.end:
                     self.in_reasoning = False
                     self.on_block_end()
+                elif m in self._implicit:
+                    ends = self._confirmed(self._implicit[m], final)
+                    if ends is None:  # undecided until more text arrives
+                        sc.unread(m)
+                        break
+                    if ends:
+                        self.in_reasoning = False
+                        self.on_block_end()
+                        sc.unread(m)
+                    else:
+                        self.out.append(ReasoningDelta(m))
                 # a start marker inside reasoning is dropped (models repeat the prompt's opening tag)
             else:
                 if t:
@@ -86,3 +107,15 @@ class ReasoningStage:
                         self.text_out(m)  # inside a tool call: argument text, not reasoning
                     else:
                         self.in_reasoning = True
+
+    def _confirmed(self, confirm: str, final: bool) -> bool | None:
+        """Whether the text after an implicit-end marker confirms it (None: not known yet)."""
+        if not confirm:
+            return True
+        after = self.sc.peek(LOOKAHEAD + len(confirm))
+        rest = after.lstrip(WS)
+        if rest.startswith(confirm):
+            return len(after) - len(rest) <= LOOKAHEAD
+        if final or len(after) - len(rest) > LOOKAHEAD or not confirm.startswith(rest):
+            return False
+        return None

@@ -69,6 +69,10 @@ class MarkerScanner:
             self._buf = text + self._buf[self._pos :]
             self._pos = 0
 
+    def peek(self, n: int) -> str:
+        """The next `n` characters of unread text (fewer if less is buffered)."""
+        return self._buf[self._pos : self._pos + n]
+
     @property
     def pending(self) -> str:
         return self._buf[self._pos :]
