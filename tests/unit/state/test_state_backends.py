@@ -302,24 +302,17 @@ _op = st.one_of(
 )
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_store_totals_follow_every_write_and_the_bounds_hold(kind, request, tmp_path):
+def test_store_totals_follow_every_write_and_the_bounds_hold(opener):
     """Any sequence of stores, replacements, deletes, expiries, evictions and prunes: each store's running totals
     equal a scan of its table, and neither store ends past its entry or byte bounds."""
     from agentserve.state.sql import KEPT, RESPONSES, TOTALS
 
-    if kind == "sqlite":
-        backend: StateBackend = SQLiteBackend(tmp_path / "totals.sqlite3")
-    else:
-        server = request.getfixturevalue("pg_server")
-        db = "t_" + uuid.uuid4().hex[:12]
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {db}")
-        backend = PostgresBackend(f"{server.replace('dbname=postgres', '')} dbname={db}")
+    backend = opener()
+    postgres = isinstance(backend, PostgresBackend)
     bounds = StoreBounds(max_entries=4, max_bytes=700, ttl_s=30.0, max_entries_per_owner=3, max_bytes_per_owner=500)
     kept_bounds = StoreBounds(max_entries=5, max_bytes=800, ttl_s=30.0)
 
-    @settings(max_examples=25 if kind == "postgres" else 60, deadline=None)
+    @settings(max_examples=25 if postgres else 60, deadline=None)
     @given(st.lists(_op, max_size=25))
     def run(ops):
         with backend._tx() as tx:  # type: ignore[attr-defined]
@@ -346,10 +339,7 @@ def test_store_totals_follow_every_write_and_the_bounds_hold(kind, request, tmp_
             assert seen["scanned"][KEPT][0] <= kept_bounds.max_entries
             assert seen["scanned"][KEPT][1] <= kept_bounds.max_bytes
 
-    try:
-        run()
-    finally:
-        backend.close()
+    run()
 
 
 def test_a_database_from_before_the_totals_gets_them_from_its_rows(opener):
