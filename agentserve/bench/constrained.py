@@ -91,7 +91,7 @@ async def one(engine, pre, max_tokens: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     first = last = None
     n = 0
-    async for out in engine._llm.generate(TokensPrompt(prompt_token_ids=request.engine.token_ids), params, uuid.uuid4().hex):
+    async for out in engine._llm.generate(TokensPrompt(prompt_token_ids=request.engine.token_ids.tolist()), params, uuid.uuid4().hex):
         got = len(out.outputs[0].token_ids)
         if got:
             now = time.perf_counter()

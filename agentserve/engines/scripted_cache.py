@@ -26,6 +26,7 @@ from array import array
 from collections import OrderedDict
 from typing import Callable, Sequence
 
+from agentserve.protocol.token_ids import packed
 from agentserve.state.kept_turns import TokenHasher
 
 from agentserve.kv_events.format import BlockRemoved, BlockStored, KvEvent
@@ -97,7 +98,7 @@ class PrefixCache:
 
     def admit(
         self,
-        prompt: list[int],
+        prompt: Sequence[int],
         prompt_hashes: Sequence[int],
         output: list[int],
         lora: tuple[str, int] | None = None,
@@ -110,7 +111,7 @@ class PrefixCache:
         usable = max(0, (len(prompt) - 1) // self.block_size)
         hit = self.blocks.hit_blocks(prompt_hashes, usable)
         parent = self.blocks.digest(prompt_hashes[hit - 1]) if hit else root(lora[0] if lora else None, salt)
-        return CachedRequest(self, prompt, output, list(prompt_hashes[:hit]), parent, lora, salt or None)
+        return CachedRequest(self, packed(prompt), output, list(prompt_hashes[:hit]), parent, lora, salt or None)
 
     def emit(self, events: list[KvEvent]) -> None:
         if self._publish is not None and events:
@@ -123,7 +124,7 @@ class CachedRequest:
     def __init__(
         self,
         cache: PrefixCache,
-        prompt: list[int],
+        prompt: array,
         output: list[int],
         hit: list[int],
         parent: bytes,
@@ -141,9 +142,7 @@ class CachedRequest:
 
     def _tokens(self, start: int, end: int) -> list[int]:
         p = len(self._prompt)
-        if end <= p:
-            return self._prompt[start:end]
-        return self._prompt[start:p] + self._output[max(0, start - p) : end - p]
+        return self._prompt[start : min(end, p)].tolist() + self._output[max(0, start - p) : max(0, end - p)]
 
     def compute(self, num_tokens: int) -> None:
         """The first `num_tokens` of prompt + output now have KV: cache and publish the blocks they fill.
@@ -223,7 +222,7 @@ class PromptHashes:
         self._held = 0  # blocks held over all entries
 
     def hashes(self, ids: Sequence[int], adapter: str | None, salt: str | None) -> list[int]:
-        packed = array("I", ids)
+        prompt = packed(ids)
         blocks: list[bytes] = []
         values: list[int] = []
         hasher = TokenHasher()
@@ -233,24 +232,24 @@ class PromptHashes:
             if key[:2] != (adapter, salt):
                 continue
             length, digest, known, known_values = self._recent[key]
-            if length > len(packed) or not known:
+            if length > len(prompt) or not known:
                 continue
             tried += 1
             check = TokenHasher()
-            check.update(packed[:length])
+            check.update(prompt[:length])
             if check.digest() == digest:
                 blocks, values, hasher, done = list(known), list(known_values), check, length
                 break
             if tried >= self._tries:
                 break
         start = len(blocks) * self._bs
-        rest = chain_digests(packed[start:].tolist(), self._bs, blocks[-1] if blocks else root(adapter, salt))
+        rest = chain_digests(prompt[start:], self._bs, blocks[-1] if blocks else root(adapter, salt))
         blocks += rest
         values += [digest_value(d) for d in rest]
-        hasher.update(packed[done:])
+        hasher.update(prompt[done:])
         self._n += 1
         if len(blocks) <= self._max:
-            self._recent[(adapter, salt, self._n)] = (len(packed), hasher.digest(), blocks, values)
+            self._recent[(adapter, salt, self._n)] = (len(prompt), hasher.digest(), blocks, values)
             self._held += len(blocks)
         while self._held > self._max:
             _, (_, _, dropped, _) = self._recent.popitem(last=False)

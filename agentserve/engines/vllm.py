@@ -262,7 +262,7 @@ class VllmEngine:
         first = True
         want_logprobs = request.sampling.logprobs is not None
         try:
-            prompt = TokensPrompt(prompt_token_ids=request.token_ids)
+            prompt = TokensPrompt(prompt_token_ids=request.token_ids.tolist())
             if request.cache_salt:  # keys the first block's hash, so every block of the prompt (vLLM 0.32)
                 prompt["cache_salt"] = request.cache_salt
             stream = self._llm.generate(

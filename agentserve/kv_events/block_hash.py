@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from array import array
+from typing import Sequence
+
+from agentserve.protocol.token_ids import packed
 
 _SEED = b"agentserve-block-v1"
 ROOT = hashlib.blake2b(_SEED, digest_size=8).digest()
@@ -27,7 +29,7 @@ def root(adapter: str | None = None, salt: str | None = None) -> bytes:
     return hashlib.blake2b(seed, digest_size=8).digest()
 
 
-def chain_digests(token_ids: list[int], block_size: int, parent: bytes = ROOT) -> list[bytes]:
+def chain_digests(token_ids: Sequence[int], block_size: int, parent: bytes = ROOT) -> list[bytes]:
     """Digests of the full blocks of `token_ids`, continuing the chain after `parent`.
 
     The router re-keys an engine's KV events with it: an event carries its blocks' tokens and its
@@ -36,7 +38,7 @@ def chain_digests(token_ids: list[int], block_size: int, parent: bytes = ROOT) -
     out: list[bytes] = []
     full = len(token_ids) - len(token_ids) % block_size
     for start in range(0, full, block_size):
-        block = array("I", token_ids[start : start + block_size]).tobytes()
+        block = packed(token_ids[start : start + block_size]).tobytes()
         parent = hashlib.blake2b(parent + block, digest_size=8).digest()
         out.append(parent)
     return out
@@ -47,7 +49,7 @@ def digest_value(digest: bytes) -> int:
 
 
 def block_hashes(
-    token_ids: list[int], block_size: int, adapter: str | None = None, salt: str | None = None
+    token_ids: Sequence[int], block_size: int, adapter: str | None = None, salt: str | None = None
 ) -> list[int]:
     """Hash of block i covers tokens [0, (i+1)*block_size) under `adapter` (None: the base model) and `salt` (None:
     the shared cache): equal hashes mean equal prefixes under the same weights and the same cache partition."""

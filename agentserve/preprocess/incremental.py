@@ -55,7 +55,7 @@ def extend_blocks(known: KnownPrompt, ids: Sequence[int], block_size: int, root:
     done = len(known.blocks) // _BLOCK
     parent = known.blocks[-_BLOCK:] if done else root
     start = done * block_size
-    rest = chain_digests(list(ids[start:]), block_size, parent)
+    rest = chain_digests(ids[start:], block_size, parent)
     return known.blocks + b"".join(rest), known.hashes + tuple(digest_value(d) for d in rest)
 
 

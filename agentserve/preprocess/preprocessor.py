@@ -42,13 +42,14 @@ from agentserve.protocol import (
     Turn,
 )
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
+from agentserve.protocol.token_ids import packed
 from agentserve.state.kept_turns import KeptTurnStore, token_digest
 
 
 @dataclass(frozen=True, slots=True)
 class RenderedPrompt:
     text: str  # the rendered text; extended from a kept prompt: only what was rendered after it
-    token_ids: list[int]
+    token_ids: array  # packed (protocol/token_ids.py): shared from here to the engine, never mutated
     reordered_turns: int = 0
     spliced: Spliced | None = None  # kept turns placed as generated (None: no splicing was tried)
     # The kept turn this prompt continues and where its tail starts in token_ids (KeptTurn.base / tail; None: the
@@ -227,7 +228,7 @@ class Preprocessor:
                     return extended
             return self._splice(plan, tools, kwargs, shield, apply, replay, add_generation_prompt)
         text = apply(plan.messages, add_generation_prompt)
-        ids = self._literals.encode(text, shield)
+        ids = packed(self._literals.encode(text, shield))
         # A first turn is a session's root link (its whole prompt); a later one with nothing spliced stores none.
         tail_from = 0 if not any(m.get("role") == "assistant" for m in plan.messages) else None
         return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns, tail_from=tail_from)
@@ -334,7 +335,7 @@ class Preprocessor:
         ids.extend(self._literals.encode(tail, shield))
         self._kept.touch(list(replay.slots.values()))  # the whole chain stays, for a replica that rebuilds it
         # "extended": the earlier turns are as the kept prompt has them; the last one is spliced.
-        spliced = Spliced(ids.tolist(), Counter({"spliced": 1, "extended": 1}), last_rerendered=False, used=[key])
+        spliced = Spliced(ids, Counter({"spliced": 1, "extended": 1}), last_rerendered=False, used=[key])
         return RenderedPrompt(
             self._literals.restore(tail, shield), spliced.token_ids, plan.reordered_turns, spliced,
             base=key, tail_from=prefix, known=known,
@@ -426,7 +427,7 @@ class Preprocessor:
         known = prompt.known or KnownPrompt(array("I"))
         blocks, hashes = extend_blocks(known, prompt.token_ids, self._block_size, root(adapter, salt))
         if self._incremental and self._kept is not None and prompt.tail_from is not None:
-            ids = array("I", prompt.token_ids)
+            ids = prompt.token_ids
             self._prompts.put(token_digest(ids), (adapter, salt), KnownPrompt(ids, blocks, hashes))
         return list(hashes)
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from array import array
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from agentserve.preprocess.template_render import RenderBudgetExceeded
+from agentserve.protocol.token_ids import TYPECODE
 from agentserve.state.kept_turns import KeptTurn, TokenHasher
 
 Outcome = str  # spliced | not_kept | template_changed | prompt_changed | end_of_turn | render_failed | extended
@@ -91,7 +93,7 @@ class _TextPrefix:
 
 @dataclass
 class Spliced:
-    token_ids: list[int]
+    token_ids: array  # packed (protocol/token_ids.py)
     outcomes: Counter = field(default_factory=Counter)
     last_rerendered: bool = False  # the conversation's last assistant turn went back through the template
     used: list[str] = field(default_factory=list)  # keys spliced (their recency is refreshed)
@@ -103,7 +105,7 @@ class _Prompt:
     """The token ids built so far: text[:pos] rendered, kept turns in place, and their running digest."""
 
     def __init__(self) -> None:
-        self.ids: list[int] = []
+        self.ids = array(TYPECODE)
         self.pos = 0
         self.digest = TokenHasher()
 
@@ -119,7 +121,7 @@ def splice(
     memo: SpanMemo | None = None,
 ) -> Spliced:
     """The prompt's token ids for rendered `text`, with kept turns in place of their re-rendering."""
-    out = Spliced([])
+    out = Spliced(array(TYPECODE))
     prompt = _Prompt()
     prefix = _TextPrefix(text)
     for i, slot in enumerate(slots):
@@ -131,7 +133,7 @@ def splice(
         if i == len(slots) - 1:
             out.last_rerendered = outcome != "spliced"
     if prompt.pos < len(text):
-        prompt.ids += encode(text[prompt.pos :])
+        prompt.ids.extend(encode(text[prompt.pos :]))
     out.token_ids = prompt.ids
     return out
 
@@ -181,8 +183,8 @@ def _place(
     if digest.digest() != turn.prompt_digest:
         return "prompt_changed"
     digest.update(turn.output_ids)
-    prompt.ids += gap
-    prompt.ids += turn.output_ids
+    prompt.ids.extend(gap)
+    prompt.ids.extend(turn.output_ids)
     prompt.pos = end
     prompt.digest = digest
     return "spliced"

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from array import array
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentserve.protocol.constraints import OutputFormat
 from agentserve.protocol.conversation import Conversation
-
-
-# Token ids cross replicas (Preprocessor -> Ingress -> Engine) as one packed array of 4-byte unsigned ints, not a
-# pickled list of ints: every vocabulary fits, and a 20K-100K-token prompt crosses 1.3-1.9x faster
-# (`agentserve bench request-pickle`).
-_PACKED_IDS = "I"
+from agentserve.protocol.token_ids import TokenIds
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
@@ -90,11 +84,11 @@ class GenerationRequest(BaseModel):
 class EngineRequest(BaseModel):
     """What an engine replica needs to run one request, and nothing else: this is all that crosses to it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     request_id: str
     model: str
-    token_ids: list[int]
+    token_ids: TokenIds  # packed, read-only (protocol/token_ids.py): unpacked only by the engine's own call
     sampling: SamplingParams
     max_tokens: int  # resolved against the context window
     adapter: str | None = None  # the LoRA adapter id that serves this request; None: the base model
@@ -110,20 +104,6 @@ class EngineRequest(BaseModel):
     @property
     def prompt_tokens(self) -> int:
         return len(self.token_ids)
-
-    def __getstate__(self) -> dict[Any, Any]:
-        state = super().__getstate__()
-        try:
-            packed = array(_PACKED_IDS, self.token_ids)
-        except OverflowError:  # an id outside 0..2**32-1: no tokenizer makes one, but the list still travels
-            return state
-        return {**state, "__dict__": {**state["__dict__"], "token_ids": packed}}
-
-    def __setstate__(self, state: dict[Any, Any]) -> None:
-        fields = state["__dict__"]
-        if isinstance(fields.get("token_ids"), array):
-            state = {**state, "__dict__": {**fields, "token_ids": fields["token_ids"].tolist()}}
-        super().__setstate__(state)
 
 
 class PromptReport(BaseModel):

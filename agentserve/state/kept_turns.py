@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from agentserve.protocol.token_ids import packed
 from agentserve.state.backend import StateBackend, StoreBounds
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class TokenHasher:
         self._h = hashlib.blake2b(digest_size=_DIGEST, person=b"agentserve-toks")
 
     def update(self, token_ids: Sequence[int]) -> None:
-        self._h.update(array("I", token_ids).tobytes())
+        self._h.update(packed(token_ids))  # the array's own bytes: no copy when it already is one
 
     def copy(self) -> "TokenHasher":
         c = TokenHasher.__new__(TokenHasher)

@@ -41,9 +41,10 @@ class TokenizeHandler:
             except ValidationError as exc:  # neither `prompt` nor valid `messages`
                 raise RequestError("invalid_request", describe_validation(exc.errors())) from exc
             gen = chat_completions.decode(chat, request_id="tokenize", model=model.id)
-            tokens = await ctx.preprocessor.render_tokens.remote(
+            packed_ids = await ctx.preprocessor.render_tokens.remote(
                 gen.conversation, dict(body.chat_template_kwargs or {}), body.add_generation_prompt, None, model.id
             )
+            tokens = packed_ids.tolist()  # the wire's list (a window's worth: under a millisecond)
         strs = None
         if body.return_token_strs:
             strs = await _off_loop_if_long(len(tokens), ctx.tokenizer_for(model).convert_ids_to_tokens, tokens)

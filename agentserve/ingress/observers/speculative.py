@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from array import array
+from typing import TYPE_CHECKING, Any, Sequence
 
 from agentserve.ingress.observers import TurnEnded
 from agentserve.kv_events.block_hash import block_hashes
@@ -29,6 +30,7 @@ from agentserve.protocol import (
     SamplingParams,
     Turn,
 )
+from agentserve.protocol.token_ids import TYPECODE
 
 if TYPE_CHECKING:
     from agentserve.ingress.lifecycle import RequestPath
@@ -43,7 +45,7 @@ def next_turn_prefix(conversation: Conversation, assistant: Turn) -> Conversatio
 def prefill_request(
     request_id: str,
     model: str,
-    token_ids: list[int],
+    token_ids: Sequence[int],
     block_size: int,
     hints: AgentHints,
     adapter: str | None = None,
@@ -95,15 +97,17 @@ class SpeculativePrefill:
         if len(self._tasks) >= self._max:
             self.skipped += 1
             return
-        engine = ended.prepared.engine
-        generated = [*engine.token_ids, *ended.state.output_ids] if self._token_exact and ended.keepable else None
+        generated = None
+        if self._token_exact and ended.keepable:  # this turn's prompt and output, copied in C
+            generated = array(TYPECODE, ended.prepared.engine.token_ids)
+            generated.extend(ended.state.output_ids)
         task = asyncio.get_running_loop().create_task(
             self._prefill(ended, ended.route.replica_id, turn, generated)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _prefill(self, ended: TurnEnded, replica: str, turn: Turn, generated: list[int] | None) -> None:
+    async def _prefill(self, ended: TurnEnded, replica: str, turn: Turn, generated: array | None) -> None:
         assert self._path is not None and ended.prepared is not None
         request, engine = ended.request, ended.prepared.engine
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
@@ -93,7 +94,8 @@ class PreprocessorReplica:
         add_generation_prompt: bool,
         thinking: bool | None = None,  # the request's thinking switch, so counts match generation
         model: str | None = None,  # the served id (None: the default model)
-    ) -> list[int]:
+    ) -> array:
+        """The rendered prompt's ids, packed (protocol/token_ids.py)."""
         pre = self._for(model)[0]
         prompt = await self._off_loop(
             pre.render, conversation, template_kwargs, add_generation_prompt=add_generation_prompt, thinking=thinking

@@ -45,7 +45,7 @@ def test_ten_thousand_unclosed_openers_are_diagnosed_in_well_under_a_second(pre,
     else:  # inside the output the model wrote, full of openers
         prompt, _, _ = _turns(tokenizer, pre, "x", "x")
         output = tokenizer.encode(openers + "\nend", add_special_tokens=False)
-        next_prompt = prompt + tokenizer.encode("<think>\n" + openers[:70_000 // 2] + "different", add_special_tokens=False)
+        next_prompt = [*prompt, *tokenizer.encode("<think>\n" + openers[:70_000 // 2] + "different", add_special_tokens=False)]
     tracker = SessionTracker(releasing_decode(tokenizer), frozenset(tokenizer.all_special_ids))
     tracker.record("s", prompt, output)
     started = time.perf_counter()

@@ -122,8 +122,8 @@ def test_agent_loop_turn_two_is_served_from_turn_one_prompt_and_output(model_pat
         result = Turn(role="tool", blocks=(ToolResultBlock(tool_call_id="c1", content="print('hi')"),))
         second_conv = Conversation(turns=(system, user, assistant, result), tools=tools)
         second_ids = pre.render(second_conv).token_ids
-        history = first.engine.token_ids + output
-        assert second_ids[: len(history)] == history  # the template replays turn 1 exactly (doctor: 1.000)
+        history = [*first.engine.token_ids, *output]
+        assert second_ids[: len(history)].tolist() == history  # the template replays turn 1 exactly (doctor: 1.000)
 
         computed = len(history) - 1  # the last sampled token (EOS) is never fed back
         assert computed // bs > len(first.engine.token_ids) // bs  # the reply fills blocks of its own

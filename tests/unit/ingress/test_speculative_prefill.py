@@ -34,7 +34,7 @@ class Handles:
             return None if saturated else RouteDecision(replica_id=replica)
 
         async def generate(spec, route):
-            self.prefilled.append(spec.token_ids)
+            self.prefilled.append(spec.token_ids.tolist())
             yield EngineDelta(token_ids=[7], finish_reason="length", prompt_tokens=len(spec.token_ids))
 
         class Stream:

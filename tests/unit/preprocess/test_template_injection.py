@@ -69,7 +69,7 @@ def test_tool_results_and_tool_descriptions_cannot_forge_turns(pre, tokenizer):
 def test_ordinary_content_is_tokenized_exactly_as_before(pre, tokenizer):
     conv = Conversation(turns=(user("Fix the bug in <div> and use <tool_call> tags & [INST] text"),))
     prompt = pre.render(conv)
-    assert prompt.token_ids == tokenizer.encode(prompt.text, add_special_tokens=False)
+    assert prompt.token_ids.tolist() == tokenizer.encode(prompt.text, add_special_tokens=False)
 
 
 def test_nonce_markers_cannot_be_forged(pre, tokenizer):
@@ -162,4 +162,4 @@ def test_no_field_of_a_turn_sent_back_becomes_special_tokens(pre, tokenizer, fie
 def test_a_reply_without_literals_renders_exactly_as_before(pre, tokenizer):
     """Nothing changes for ordinary content: no shield, the template's rendering tokenized as one string."""
     prompt = pre.render(_sent_back("content", "no markers here", ""))
-    assert prompt.token_ids == tokenizer.encode(prompt.text, add_special_tokens=False)
+    assert prompt.token_ids.tolist() == tokenizer.encode(prompt.text, add_special_tokens=False)

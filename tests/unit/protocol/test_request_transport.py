@@ -1,6 +1,6 @@
 """Requests arrive at the next replica exactly as they were sent.
 
-Serve pickles handle-call arguments and results; an EngineRequest packs its token ids for the trip and a
+Serve pickles handle-call arguments and results; an EngineRequest's token ids are a packed array and a
 Conversation travels as plain data rebuilt by pydantic on arrival, so what is checked here is that the trip changes
 nothing a replica can see.
 """
@@ -8,8 +8,11 @@ nothing a replica can see.
 from __future__ import annotations
 
 import pickle
+from array import array
 
+import pytest
 from hypothesis import given, strategies as st
+from pydantic import ValidationError
 from ray import cloudpickle
 
 from agentserve.protocol import (
@@ -62,22 +65,28 @@ def test_a_request_crosses_a_replica_boundary_unchanged(token_ids, dumps):
     received = pickle.loads(dumps(sent))
     assert received == sent
     ids = received.engine.token_ids
-    assert type(ids) is list and all(type(t) is int for t in ids)
+    assert isinstance(ids, array) and ids.typecode == "I" and ids.tolist() == token_ids
     assert received.prompt_tokens == len(token_ids)
     assert received.route == sent.route and received.report == sent.report
 
 
-@given(token_ids=st.lists(st.integers(), min_size=1, max_size=200))
-def test_ids_outside_uint32_still_travel(token_ids):
-    sent = _request(token_ids)
-    assert pickle.loads(cloudpickle.dumps(sent)).token_ids == token_ids
+@given(token_ids=st.lists(st.integers(), min_size=1, max_size=200).filter(lambda ids: any(not 0 <= t < 2**32 for t in ids)))
+def test_an_id_outside_uint32_is_refused_where_the_request_is_made(token_ids):
+    """No tokenizer makes one; a request that carried one could not be packed, so it is refused at construction
+    with a validation error naming the field, never later in another replica."""
+    with pytest.raises(ValidationError, match="token_ids"):
+        _request(token_ids)
 
 
-def test_the_ids_travel_packed():
-    sent = _request(list(range(50_000)))
-    state = sent.__getstate__()
-    assert not isinstance(state["__dict__"]["token_ids"], list)
-    assert sent.token_ids == list(range(50_000))  # packing for the trip leaves the sender's request alone
+def test_the_ids_cross_as_their_packed_bytes():
+    """The prompt is packed once where it is made: pickling it is its 4-byte ids (plus a small header), not a list
+    of Python ints, and the receiver gets the array without unpacking it."""
+    ids = list(range(50_000))
+    sent = _request(ids)
+    assert isinstance(sent.token_ids, array) and sent.token_ids.tolist() == ids
+    assert len(pickle.dumps(sent)) < 4 * len(ids) + 2_000
+    assert pickle.loads(pickle.dumps(sent)).token_ids.tolist() == ids
+    assert sent.model_dump()["token_ids"] == ids  # JSON-shaped dumps (logs, traces) still read as a list
 
 
 _TEXT = st.text(max_size=40)

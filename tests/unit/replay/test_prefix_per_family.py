@@ -364,8 +364,8 @@ def test_turn_n_prompt_plus_output_is_a_prefix_of_turn_n_plus_1(make_preprocesso
         if fam.keeps:
             expected_text = before_text + output + fam.eot
             assert after_text.startswith(expected_text), show_divergence(expected_text, after_text)
-            expected = before.engine.token_ids + generated
-            assert after.engine.token_ids[: len(expected)] == expected, "text is a prefix but the tokens are not"
+            expected = [*before.engine.token_ids, *generated]
+            assert after.engine.token_ids[: len(expected)].tolist() == expected, "text is a prefix but the tokens are not"
             assert after.report.replay_reordered == 0
         else:
             # The documented policy: this turn's reasoning is dropped, everything before it is unchanged.

@@ -79,7 +79,7 @@ def run(make_preprocessor, fam, api: str, splicing: bool, turns: int = 2):
         for output in outputs[:turns]:
             before = pre.preprocess(history.request(), SCOPE)
             if last is not None:
-                reports.append(diagnose(last[0] + last[1], len(last[0]), before.engine.token_ids, tok.decode,
+                reports.append(diagnose([*last[0], *last[1]], len(last[0]), before.engine.token_ids, tok.decode,
                                         frozenset(tok.all_special_ids), before.report.replay_last_rerendered))
             generated = tok.encode(output + fam.eot, add_special_tokens=False)
             segs = parse(fam, output, before.engine.reasoning_started, before.report.parse_reasoning)
@@ -90,7 +90,7 @@ def run(make_preprocessor, fam, api: str, splicing: bool, turns: int = 2):
             history.assistant(segs)
             history.results(segs)
         final = pre.preprocess(history.request(), SCOPE)
-        reports.append(diagnose(last[0] + last[1], len(last[0]), final.engine.token_ids, tok.decode,
+        reports.append(diagnose([*last[0], *last[1]], len(last[0]), final.engine.token_ids, tok.decode,
                                 frozenset(tok.all_special_ids), final.report.replay_last_rerendered))
         return reports, final
     finally:
@@ -170,8 +170,8 @@ def test_any_spelling_of_a_turn_replays_as_generated(make_preprocessor, reasonin
         history.assistant(segs)
         history.results(segs)
         after = pre.preprocess(history.request(), SCOPE)
-        expected = before.engine.token_ids + generated
-        assert after.engine.token_ids[: len(expected)] == expected
+        expected = [*before.engine.token_ids, *generated]
+        assert after.engine.token_ids[: len(expected)].tolist() == expected
         # Meaning unchanged: the placed tokens, decoded and parsed, are the content the client sent back.
         placed = pre._tok.decode(after.engine.token_ids[len(before.engine.token_ids): len(expected) - 1])
         sent = next(t for t in history.request().conversation.turns if t.role == "assistant")
