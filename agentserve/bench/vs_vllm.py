@@ -248,6 +248,15 @@ def graph_launcher(config_path: str) -> None:
 RAYLLM_DEPS = Path(os.environ.get("RAYLLM_DEPS", "/tmp/rayllm_deps"))  # pyarrow, which ray[llm] needs (see below)
 
 
+def ensure_rayllm_deps() -> None:
+    """pyarrow on the contender's side path, installed there on first use (never into the project's venv)."""
+    if (RAYLLM_DEPS / "pyarrow").is_dir():
+        return
+    print(f"installing pyarrow into {RAYLLM_DEPS} for Ray Serve LLM (once)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(RAYLLM_DEPS), "pyarrow", "--no-deps"],
+                   check=True)
+
+
 def rayllm_launcher(spec_json: str) -> None:
     """Ray Serve LLM (`ray.serve.llm.build_openai_app`) with the same vLLM engine settings, in a private local Ray
     cluster, on 127.0.0.1:<port>. The venv has `ray` without its `llm` extra: `ray.serve.llm` needs `pyarrow`
@@ -760,6 +769,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif name == "vllm":
             servers.append(Server("vllm", vllm_serve_argv(eng, port), port, tmp / "vllm.log", env))
         else:
+            ensure_rayllm_deps()
             ray_tmp = Path(tempfile.mkdtemp(prefix="rl_", dir="/tmp"))
             pp = os.pathsep.join(x for x in (str(RAYLLM_DEPS), env.get("PYTHONPATH", "")) if x)
             servers.append(Server("rayllm", [sys.executable, "-m", MODULE, "--rayllm-launcher", json.dumps({"port": port})],
