@@ -64,6 +64,7 @@ from agentserve.bench import claude_code_shape as shape
 from agentserve.bench import client as sse
 from agentserve.bench import conditions, results, turn_stages
 from agentserve.bench.graph import running_graph, wait_for
+from agentserve.bench.scrape import Sample, mean_between, scrape
 from agentserve.bench.stats import summary
 
 APP = "long-session"
@@ -280,8 +281,11 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
             load = conditions.loadavg()
             row: dict[str, Any] = {"turns": n, "loadavg_before": load, "build_s": round(time.perf_counter() - t_build, 1)}
             warm, cold, restarts, prefix = [], [], [], []
+            before = scrape(f"{url}/metrics")
             for k in range(ns.samples + ns.cold_samples):
                 variant += 1
+                if k == ns.samples:
+                    row["server_split_ms"] = server_split(before, scrape(f"{url}/metrics"), warm)
                 prev, raw = session.fork(n, variant)
                 if k >= ns.samples:
                     restarts.append(round(restart_preprocessor(http), 1))
@@ -291,6 +295,8 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
                 prefix.append(sent.result.headers.get("x-agentserve-prefix"))
                 row["prompt_tokens"] = sent.result.prompt_tokens
                 last = {"body": raw, "previous": prev.raw}
+            if "server_split_ms" not in row:  # no cold samples: the warm ones end the loop
+                row["server_split_ms"] = server_split(before, scrape(f"{url}/metrics"), warm)
             anchor_ms, anchor_tokens = anchor.measure(last["body"], ns.samples)
             row.update({
                 "warm_ms": stats_of(warm), "cold_ms": stats_of(cold), "anchor_ms": stats_of(anchor_ms),
@@ -306,7 +312,27 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
                   f"  anchor {row['anchor_ms']['p50']:7.1f} / {row['anchor_ms']['p90']:7.1f} ms  "
                   f"warm/anchor {row['warm_over_anchor']}  cold/anchor {row['cold_over_anchor']}  load {load[0]}",
                   flush=True)
+            print(f"           warm, mean ms from the Ingress's histograms: {row.get('server_split_ms')}", flush=True)
     return {"rows": rows, "build": build, "last": last}
+
+
+def server_split(before: Sample, after: Sample, warm_ms: Sequence[float]) -> dict[str, Any]:
+    """Where the warm samples' time went, from the Ingress's own histograms between two scrapes: means over the
+    requests in between (each sample's untimed fork included: two next turns of this size per sample). `ttft` runs
+    from the request's arrival at the Ingress (before its body is read) to the first engine delta; `preprocess` and
+    `route` are the Ingress's waits on those calls (crossings included); `client - server` is the HAProxy hop, the
+    body's upload and the client's own reading of the first event."""
+    ttft, n = mean_between(before, after, "agentserve_time_to_first_token_seconds", api="anthropic")
+    pre, _ = mean_between(before, after, "agentserve_queue_time_seconds", stage="preprocess")
+    route, _ = mean_between(before, after, "agentserve_queue_time_seconds", stage="route")
+    out: dict[str, Any] = {"requests": n}
+    if ttft is None or pre is None or route is None:
+        return out
+    ms = {"server_ttft": ttft * 1e3, "preprocess_call": pre * 1e3, "route_call": route * 1e3}
+    ms["server_rest"] = ms["server_ttft"] - ms["preprocess_call"] - ms["route_call"]
+    if warm_ms:
+        ms["client_minus_server"] = sum(warm_ms) / len(warm_ms) - ms["server_ttft"]
+    return {**out, **{k: round(v, 2) for k, v in ms.items()}}
 
 
 def ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
