@@ -281,22 +281,22 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
             load = conditions.loadavg()
             row: dict[str, Any] = {"turns": n, "loadavg_before": load, "build_s": round(time.perf_counter() - t_build, 1)}
             warm, cold, restarts, prefix = [], [], [], []
-            before = scrape(f"{url}/metrics")
+            scrapes: list[tuple[Sample, Sample]] = []  # the Ingress's metrics around each warm sample
             for k in range(ns.samples + ns.cold_samples):
                 variant += 1
-                if k == ns.samples:
-                    row["server_split_ms"] = server_split(before, scrape(f"{url}/metrics"), warm)
                 prev, raw = session.fork(n, variant)
                 if k >= ns.samples:
                     restarts.append(round(restart_preprocessor(http), 1))
+                before = scrape(f"{url}/metrics") if k < ns.samples else {}
                 sent = session.send(n, raw)
+                if k < ns.samples:
+                    scrapes.append((before, scrape(f"{url}/metrics")))
                 session.answer(sent)  # the reply parsed into the expected blocks
                 (warm if k < ns.samples else cold).append(sent.ttft_ms)
                 prefix.append(sent.result.headers.get("x-agentserve-prefix"))
                 row["prompt_tokens"] = sent.result.prompt_tokens
                 last = {"body": raw, "previous": prev.raw}
-            if "server_split_ms" not in row:  # no cold samples: the warm ones end the loop
-                row["server_split_ms"] = server_split(before, scrape(f"{url}/metrics"), warm)
+            row["server_split_ms"] = server_split(scrapes, warm)
             anchor_ms, anchor_tokens = anchor.measure(last["body"], ns.samples)
             row.update({
                 "warm_ms": stats_of(warm), "cold_ms": stats_of(cold), "anchor_ms": stats_of(anchor_ms),
@@ -316,15 +316,21 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
     return {"rows": rows, "build": build, "last": last}
 
 
-def server_split(before: Sample, after: Sample, warm_ms: Sequence[float]) -> dict[str, Any]:
-    """Where the warm samples' time went, from the Ingress's own histograms between two scrapes: means over the
-    requests in between (each sample's untimed fork included: two next turns of this size per sample). `ttft` runs
-    from the request's arrival at the Ingress (before its body is read) to the first engine delta; `preprocess` and
-    `route` are the Ingress's waits on those calls (crossings included); `client - server` is the HAProxy hop, the
-    body's upload and the client's own reading of the first event."""
-    ttft, n = mean_between(before, after, "agentserve_time_to_first_token_seconds", api="anthropic")
-    pre, _ = mean_between(before, after, "agentserve_queue_time_seconds", stage="preprocess")
-    route, _ = mean_between(before, after, "agentserve_queue_time_seconds", stage="route")
+def server_split(scrapes: Sequence[tuple[Sample, Sample]], warm_ms: Sequence[float]) -> dict[str, Any]:
+    """Where the warm samples' time went, from the Ingress's own histograms scraped just before and after each timed
+    request (the scrapes are outside its timing): means over those requests. `server_ttft` runs from the request's
+    arrival at the Ingress (before its body is read) to the first engine delta; `preprocess_call` and `route_call`
+    are the Ingress's waits on those calls (crossings included); `server_rest` the decode, the prefix check, the
+    engine stream's open and first delta; `client_minus_server` the HAProxy hop, the body's upload and the client's
+    reading of the first event."""
+    def mean(name: str, **labels: str) -> tuple[float | None, int]:
+        parts = [mean_between(b, a, name, **labels) for b, a in scrapes]
+        n = sum(c for _, c in parts)
+        return (sum(m * c for m, c in parts if m is not None) / n, n) if n else (None, 0)
+
+    ttft, n = mean("agentserve_time_to_first_token_seconds", api="anthropic")
+    pre, _ = mean("agentserve_queue_time_seconds", stage="preprocess")
+    route, _ = mean("agentserve_queue_time_seconds", stage="route")
     out: dict[str, Any] = {"requests": n}
     if ttft is None or pre is None or route is None:
         return out
