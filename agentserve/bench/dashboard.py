@@ -17,16 +17,15 @@ import random
 import sys
 import threading
 import time
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from agentserve.bench import client as sse
 from agentserve.bench import results
+from agentserve.bench.scrape import Sample, scrape
 from agentserve.ports import free_port
 
 ROOT = results.REPO
@@ -40,18 +39,6 @@ RULES = [
     {"match": "", "reply": "Done. " + "Here is a longer explanation of the change. " * 6, "itl_ms": 15},
 ]
 SYSTEM = "You are a coding agent. Follow the repository conventions. " * 150  # ~1.5k shared prefix tokens
-Sample = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(url: str) -> Sample:
-    out: Sample = {}
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
 def session(url: str, sid: int, stop: threading.Event) -> None:
     rng = random.Random(sid)
     messages = [{"role": "system", "content": SYSTEM + f" Session {sid}."}]

@@ -64,6 +64,7 @@ from agentserve.bench import claude_code_shape as shape
 from agentserve.bench import client as sse
 from agentserve.bench import conditions, results, turn_stages
 from agentserve.bench.graph import running_graph, wait_for
+from agentserve.bench.scrape import Sample, mean_between, scrape
 from agentserve.bench.stats import summary
 
 APP = "long-session"
@@ -280,17 +281,22 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
             load = conditions.loadavg()
             row: dict[str, Any] = {"turns": n, "loadavg_before": load, "build_s": round(time.perf_counter() - t_build, 1)}
             warm, cold, restarts, prefix = [], [], [], []
+            scrapes: list[tuple[Sample, Sample]] = []  # the Ingress's metrics around each warm sample
             for k in range(ns.samples + ns.cold_samples):
                 variant += 1
                 prev, raw = session.fork(n, variant)
                 if k >= ns.samples:
                     restarts.append(round(restart_preprocessor(http), 1))
+                before = scrape(f"{url}/metrics") if k < ns.samples else {}
                 sent = session.send(n, raw)
+                if k < ns.samples:
+                    scrapes.append((before, scrape(f"{url}/metrics")))
                 session.answer(sent)  # the reply parsed into the expected blocks
                 (warm if k < ns.samples else cold).append(sent.ttft_ms)
                 prefix.append(sent.result.headers.get("x-agentserve-prefix"))
                 row["prompt_tokens"] = sent.result.prompt_tokens
                 last = {"body": raw, "previous": prev.raw}
+            row["server_split_ms"] = server_split(scrapes, warm)
             anchor_ms, anchor_tokens = anchor.measure(last["body"], ns.samples)
             row.update({
                 "warm_ms": stats_of(warm), "cold_ms": stats_of(cold), "anchor_ms": stats_of(anchor_ms),
@@ -306,7 +312,33 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
                   f"  anchor {row['anchor_ms']['p50']:7.1f} / {row['anchor_ms']['p90']:7.1f} ms  "
                   f"warm/anchor {row['warm_over_anchor']}  cold/anchor {row['cold_over_anchor']}  load {load[0]}",
                   flush=True)
+            print(f"           warm, mean ms from the Ingress's histograms: {row.get('server_split_ms')}", flush=True)
     return {"rows": rows, "build": build, "last": last}
+
+
+def server_split(scrapes: Sequence[tuple[Sample, Sample]], warm_ms: Sequence[float]) -> dict[str, Any]:
+    """Where the warm samples' time went, from the Ingress's own histograms scraped just before and after each timed
+    request (the scrapes are outside its timing): means over those requests. `server_ttft` runs from the request's
+    arrival at the Ingress (before its body is read) to the first engine delta; `preprocess_call` and `route_call`
+    are the Ingress's waits on those calls (crossings included); `server_rest` the decode, the prefix check, the
+    engine stream's open and first delta; `client_minus_server` the HAProxy hop, the body's upload and the client's
+    reading of the first event."""
+    def mean(name: str, **labels: str) -> tuple[float | None, int]:
+        parts = [mean_between(b, a, name, **labels) for b, a in scrapes]
+        n = sum(c for _, c in parts)
+        return (sum(m * c for m, c in parts if m is not None) / n, n) if n else (None, 0)
+
+    ttft, n = mean("agentserve_time_to_first_token_seconds", api="anthropic")
+    pre, _ = mean("agentserve_queue_time_seconds", stage="preprocess")
+    route, _ = mean("agentserve_queue_time_seconds", stage="route")
+    out: dict[str, Any] = {"requests": n}
+    if ttft is None or pre is None or route is None:
+        return out
+    ms = {"server_ttft": ttft * 1e3, "preprocess_call": pre * 1e3, "route_call": route * 1e3}
+    ms["server_rest"] = ms["server_ttft"] - ms["preprocess_call"] - ms["route_call"]
+    if warm_ms:
+        ms["client_minus_server"] = sum(warm_ms) / len(warm_ms) - ms["server_ttft"]
+    return {**out, **{k: round(v, 2) for k, v in ms.items()}}
 
 
 def ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
