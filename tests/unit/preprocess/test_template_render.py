@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from agentserve.preprocess.template_render import BudgetedTemplate, OutputTooLong, RenderBudget, RenderBudgetExceeded
 from agentserve.protocol.errors import RequestError
 
-FAMILY_TEMPLATES = sorted((Path(__file__).parents[1] / "replay" / "templates").glob("*.jinja"))
+FAMILY_TEMPLATES = sorted((Path(__file__).parent / "replay" / "templates").glob("*.jinja"))
 LOOP = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
 SILENT_LOOP = "{% for a in range(100000) %}{% for b in range(100000) %}{% if messages.x %}{% endif %}{% endfor %}{% endfor %}"
 
