@@ -2,8 +2,9 @@
 
 Packed where the prompt is made and never unpacked into Python ints before the engine's own call (vLLM takes a
 list): crossing a replica boundary pickles the array's bytes, and the ingress's observers (the prefix doctor, kept
-turns, speculative prefill) compare, hash, slice and copy it in C. At 187K tokens a list cost ~4 ms to unpack on
-each arrival and ~1.2 ms to pack for each trip; the array crosses in ~0.05 ms. Every vocabulary fits in 32 bits.
+turns, speculative prefill) compare, hash, slice and copy it in C. At 252K tokens the prompt's two crossings cost
+10.9 ms as lists and 0.6 ms packed (`agentserve bench long-session`, docs/BENCHMARKS.md "Prompt ids packed end to
+end"). Every vocabulary fits in 32 bits.
 A TokenIds value is shared, not copied, between the messages that carry it: read it, never mutate it.
 """
 
