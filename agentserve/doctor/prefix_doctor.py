@@ -3,7 +3,7 @@
 Per check, the loop does a dictionary lookup and, when the prompt extends the whole previous turn
 (the common, healthy case), one C-level compare (~0.4 ms at 100K tokens); on a divergence, a chunked
 C-level compare for where it starts (so the counts are exact at once). Only naming its cause needs
-decoding both histories (~50-100 ms at 100K tokens): that runs on one worker thread, with a decode that
+decoding, windows of both histories around the divergence (a few ms at any length): that runs on one worker thread, with a decode that
 releases the GIL, so other streams keep flowing meanwhile, within a deadline (`DIAGNOSIS_DEADLINE_S`) and
 behind at most `MAX_BACKLOG` others. A request never waits on it: `start` answers at once, and
 `PrefixCheck.report(wait_s)` takes the cause only if it is ready within `wait_s` (the ingress waits only
@@ -164,7 +164,7 @@ class PrefixDoctor:
     def _diagnose(self, last: LastTurn, prompt: Sequence[int], output_rerendered: bool, at: int) -> PrefixReport:
         """On the worker, within DIAGNOSIS_DEADLINE_S from when it starts (the backlog is bounded apart)."""
         return diagnose(
-            last.tokens.tolist(), last.prompt_len, prompt, self._decode, self._special, output_rerendered,
+            last.tokens, last.prompt_len, prompt, self._decode, self._special, output_rerendered,
             at=at, deadline=time.monotonic() + DIAGNOSIS_DEADLINE_S,
         )
 

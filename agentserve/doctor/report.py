@@ -67,7 +67,8 @@ def diagnose(
     deadline: float | None = None,
 ) -> PrefixReport:
     """Compare turn N's prompt + output (`expected`, whose first `prompt_len` tokens were the prompt) with
-    turn N+1's prompt. Decodes whole histories on a divergence: O(context), keep it off an event loop.
+    turn N+1's prompt. Decodes windows around a divergence (causes.WINDOW_TOKENS), whatever the history's length;
+    still milliseconds of decoding: keep it off an event loop.
     `at`: the common prefix when the caller has it; `deadline`: see causes.attribute."""
     at = common_prefix(expected, prompt) if at is None else at
     if at == len(expected):

@@ -12,7 +12,8 @@ import pytest
 from agentserve.config import ModelSpec
 from agentserve.doctor import PrefixDoctor, SessionTracker
 from agentserve.doctor import prefix_doctor
-from agentserve.doctor.causes import Divergence, attribute
+from agentserve.doctor.causes import WINDOW_TOKENS, Divergence, attribute
+from agentserve.doctor.report import common_prefix
 from agentserve.doctor.decode import releasing_decode
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import Conversation, TextBlock, Turn
@@ -125,3 +126,31 @@ def test_a_backlog_of_diagnoses_is_bounded(tokenizer, monkeypatch):
         doctor.close()
     assert len(extra) == 3  # past the backlog: answered at once, not queued
     assert [r.cause == "undiagnosed" for r in reports] == [False] * 3 + [True] * 3
+
+
+@pytest.mark.parametrize("lines", [1_000, 30_000])  # ~11K and ~330K tokens of history
+def test_a_diagnosis_decodes_windows_around_the_divergence_not_the_history(tokenizer, lines):
+    """Naming a cause decoded both histories whole (~125 ms at 250K tokens, on a core the serving path shares, for
+    every diverging turn of a long session); now the same windows at any length, and the same causes."""
+    line = tokenizer.encode("the agent read a file and wrote a line of code\n", add_special_tokens=False)
+    thought = tokenizer.encode("<think>\nan old thought\n</think>\nthe answer\n", add_special_tokens=False)
+    history = line * (lines // 2) + thought + line * (lines // 2)
+    output = tokenizer.encode("<think>\nnow\n</think>\ndone", add_special_tokens=False)
+    decoded: list[int] = []
+
+    def decode(ids):
+        decoded.append(len(ids))
+        return tokenizer.decode(ids)
+
+    edited = tokenizer.encode("an edited line\n", add_special_tokens=False)
+    at = len(line) * (lines // 4)
+    cases = {
+        "history_changed": history[:at] + edited + history[at:],
+        "reasoning_dropped": history[: len(line) * (lines // 2)] + history[len(line) * (lines // 2) + len(thought) - 4:],
+    }
+    for cause, actual in cases.items():
+        decoded.clear()
+        expected = history + output
+        d = Divergence(expected, actual, common_prefix(expected, actual), len(history))
+        assert attribute(d, decode) == cause
+        assert sum(decoded) <= 5 * WINDOW_TOKENS + 2 * len(output), (cause, sum(decoded), len(history))
