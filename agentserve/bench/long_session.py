@@ -1,6 +1,7 @@
 """Benchmark: the serving path's cost of a long agent session's next turn, by the session's length (issue 28).
 
     agentserve bench long-session --turns 10,50,100,200,300 --samples 10 [--cold-samples 5] [--result-tokens 600]
+        [--gap 0.25]
 
 The session is Claude Code-shaped (agentserve/bench/claude_code_shape.py: a ~12K-token system prompt, 20 tools,
 then turns of thinking, text and one tool_use, each answered by a ~600-token tool_result). It runs through the real
@@ -24,7 +25,11 @@ the answer is rewritten under the same key; the scripted engine's prefix cache c
 sample forks the session one turn back: the request after N - 1 turns is sent again (untimed) with turn N - 1's tool
 result changed in its step marker only (same length, a variant per sample), its answer is turn N again with fresh
 ids, and the timed request is that fork after N turns: same size, same work, a newest turn nobody has seen, a prompt
-extending the previous request's as the doctor expects.
+extending the previous request's as the doctor expects. The fork is a diverging prompt, which the doctor
+diagnoses after it is answered, and its answer writes a kept turn: work a real session's previous turn does not set
+going, or not while the harness waits. Between the fork's answer and the timed request the client waits `--gap`
+seconds (0.25 by default), as a harness runs its tool between a turn's answer and the next request (seconds, in
+Claude Code sessions), so the timed turn meets the serving path, not the fork's aftermath on the same two cores.
 
 Warm: the Preprocessor replica that served the session (one replica, as `make serve` runs). Cold: a replica that
 never saw the session. Routing a sample to a chosen one of two replicas is not something Serve's handles offer
@@ -285,6 +290,7 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
             for k in range(ns.samples + ns.cold_samples):
                 variant += 1
                 prev, raw = session.fork(n, variant)
+                time.sleep(ns.gap)  # what the fork set going after its answer (kept turn, diagnosis) ends meanwhile
                 if k >= ns.samples:
                     restarts.append(round(restart_preprocessor(http), 1))
                 before = scrape(f"{url}/metrics") if k < ns.samples else {}
@@ -427,6 +433,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--cold-samples", type=int, default=None, help="cold samples per size (default: --samples)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--result-tokens", type=int, default=shape.RESULT_TOKENS, help="size of each tool result")
+    ap.add_argument("--gap", type=float, default=0.25,
+                    help="seconds between the untimed fork and the timed turn: the harness running its tool")
     ap.add_argument("--out", default=None, help="output path without suffix (default docs/benchmarks/long_session)")
     ns = ap.parse_args(argv)
     ns.cold_samples = ns.samples if ns.cold_samples is None else ns.cold_samples
@@ -468,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                           engine="scripted, itl 0", context_window=CONTEXT_WINDOW,
                                           machine=conditions.machine()),
         "session": {"seed": ns.seed, "result_tokens": ns.result_tokens, "tools": len(shape.tools()),
-                    "samples": ns.samples, "cold_samples": ns.cold_samples},
+                    "samples": ns.samples, "cold_samples": ns.cold_samples, "gap_s": ns.gap},
         "rows": rows,
         "ratios": ratios(rows),
         "stages_turns": sizes[-1],
