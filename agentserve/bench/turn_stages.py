@@ -69,6 +69,7 @@ def measure(
     from agentserve.preprocess.preprocessor import Preprocessor
     from agentserve.preprocess.incremental import PromptMemo
     from agentserve.preprocess.splice import SpanMemo
+    from agentserve.serve.heap import freeze_startup_heap
     from agentserve.state.kept_turns import open_kept_turns
 
     import orjson
@@ -91,6 +92,7 @@ def measure(
         return decode_validated(parse_json(raw, MessagesRequest, args.limits))
 
     out: dict[str, list[float]] = {}
+    freeze_startup_heap()  # as every replica does after start-up: the stages' collections walk what they made
     data = orjson.loads(body)
     validated = MessagesRequest.model_validate(data)
     out["ingress: JSON parse"] = timed(lambda: orjson.loads(body), samples)

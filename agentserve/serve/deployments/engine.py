@@ -22,6 +22,7 @@ from agentserve.protocol import EngineDelta, EngineRequest, RouteDecision
 from agentserve.protocol.cluster import AdapterLoadResult, EngineReplicaStats, ModelAdapters, ReplicaRegistration
 from agentserve.serve.autoscaling import PrefillTracker
 from agentserve.serve.handles import on_this_process
+from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
 
 logger = logging.getLogger("ray.serve")
@@ -116,6 +117,7 @@ class EngineReplica:
         await self._load_runtime_adapters()  # before registering: no adapter request reaches a replica without it
         await self._router.register.remote(self._replica_id, self._registration_info())
         self._heartbeat = asyncio.create_task(self._report_forever())
+        freeze_startup_heap()
         logger.info("engine replica %s of %s ready (%s)", self._replica_id, self._model.id, self._spec.kind)
 
     async def _load_runtime_adapters(self) -> None:

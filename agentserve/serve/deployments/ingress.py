@@ -25,6 +25,7 @@ from agentserve.ingress.output.detokenize import special_tokens
 from agentserve.preprocess.tokenizer import load_tokenizer
 from agentserve.serve import client_headers
 from agentserve.serve.handles import on_this_process
+from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.state_args import secret_keys_at_start
 from agentserve.state import open_backend
@@ -86,6 +87,7 @@ class Ingress:
             max_entries_per_owner=spec.max_entries_per_owner, max_bytes_per_owner=spec.max_bytes_per_owner,
         )
         self._parts = IngressParts(ctx=self._ctx, store=store)
+        freeze_startup_heap()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """Serve asks for the app once the replica is constructed: it is built from this replica's parts."""

@@ -24,6 +24,7 @@ from agentserve.config import ResolvedCatalog, ServeArgs
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol import Conversation, GenerationRequest, Preprocessed
 from agentserve.protocol.errors import RequestError
+from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
 from agentserve.state.kept_turns import open_kept_turns
 
@@ -54,6 +55,7 @@ class PreprocessorReplica:
             self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)
         self._default = resolved.default.id
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="preprocess")
+        freeze_startup_heap()
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` on the worker pool, waited for at most WAIT_S (then a 503; a queued call is

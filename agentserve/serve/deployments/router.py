@@ -26,6 +26,7 @@ from agentserve.routing.kv_router import RouterConfig
 from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset
 from agentserve.routing.policies import POLICIES, PolicyName
 from agentserve.serve.adapter_registry import RuntimeAdapters
+from agentserve.serve.heap import freeze_startup_heap
 
 logger = logging.getLogger("ray.serve")
 
@@ -75,6 +76,7 @@ class RouterReplica:
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
         self._adapters = RuntimeAdapters(resolved.models, max_runtime=self._args.admin.max_runtime_adapters)  # LoRA adapters loaded at run time, per model
+        freeze_startup_heap()
 
     def _bind_loop(self) -> None:
         if self._loop is None:

@@ -1,0 +1,26 @@
+"""The garbage collector of a replica process, set for long sessions' request bodies.
+
+A replica starts with a large heap that lives as long as its process (Ray's and Serve's state, the tokenizer,
+templates, the catalog, vLLM's objects), and a long session's request makes hundreds of thousands of short-lived
+objects (an 840 KB body of 300 turns decoded and validated). With Python's defaults the collector runs every 700
+allocations, and the oldest generation's collections, which walk the whole heap, land on some of those requests:
+the Ingress's decode of a 300-turn body read p50 17-27 ms, p90 126-146 ms in a replica-like process. After start-up,
+`gc.freeze()` (as vLLM's engine core does) leaves the start-up heap out of every later collection, and a
+first-generation threshold of 50K allocations (later generations every 20) lets a request's objects be freed
+mostly by reference counting before a collection looks at them: p50 12 ms, p90 16-20 ms on the same decode.
+"""
+
+from __future__ import annotations
+
+import gc
+
+# Allocations before a young collection; young collections per middle one; middle ones per full one.
+THRESHOLDS = (50_000, 20, 20)
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, keep everything alive now out of later collections, and collect less often (call at the end
+    of a replica's start-up)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*THRESHOLDS)
