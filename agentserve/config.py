@@ -344,6 +344,8 @@ class ServeArgs(_Strict):
     # None: env AGENTSERVE_SECRET_KEY, else one generated once and kept in the state data directory
     # (agentserve/state/secrets.py). build_app only checks it; the Ingress (the one deployment that signs) reads it
     # when its replica starts (serve/state_args.py): prefer the env var, since Serve keeps these args in its checkpoint.
+    # A weak one (short, a placeholder, a few characters repeated) is refused at start, as are weak previous keys:
+    # make one with `python -c "import secrets; print(secrets.token_urlsafe(32))"`.
     secret_key: str | None = None
     # Append every finished turn's prompt and output token ids here (for `agentserve doctor TRACE`).
     trace_path: str | None = None

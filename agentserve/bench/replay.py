@@ -42,6 +42,7 @@ import copy
 import json
 import os
 import platform
+import secrets
 import sys
 import time
 from typing import Any, Sequence
@@ -57,7 +58,7 @@ OUT_JSON = results.out_path("replay.json")
 OUT_PNG = results.out_path("replay.png")
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "bench"}
-SECRET = "bench-replay-secret"  # ServeArgs.secret_key: lets the bench sign the opening exchange's thinking
+SECRET = secrets.token_hex(32)  # ServeArgs.secret_key: lets the bench sign the opening exchange's thinking
 TARGET = 0.98
 
 TOOLS = [

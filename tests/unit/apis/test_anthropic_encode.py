@@ -19,6 +19,7 @@ from agentserve.protocol.events import (
     Usage,
 )
 from agentserve.ingress.handlers.anthropic_messages import AnthropicMessagesHandler
+from tests.support.keys import signing_key
 
 SIGNER = anthropic.ThinkingSigner("k" * 64)
 
@@ -83,7 +84,7 @@ def test_parallel_off_keeps_the_first_call_and_stop_reasons():
 
 
 def _handler(interval: float) -> AnthropicMessagesHandler:
-    ctx = SimpleNamespace(args=SimpleNamespace(secret_key="k" * 64, previous_secret_keys=(), keepalive_interval_s=interval))
+    ctx = SimpleNamespace(args=SimpleNamespace(secret_key=signing_key("unit"), previous_secret_keys=(), keepalive_interval_s=interval))
     return AnthropicMessagesHandler(ctx)  # type: ignore[arg-type]
 
 
