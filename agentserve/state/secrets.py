@@ -100,7 +100,11 @@ def resolve_secret_keys(
                 "docs/OPERATIONS.md) or ServeArgs.secret_key, or set allow_generated_secret_key: true to accept that."
             )
         current, source = load_or_create_key(data_dir / KEY_FILE), "file"
-    setting = {"config": "ServeArgs.secret_key", "env": SECRET_KEY_ENV, "file": f"the key file {data_dir / KEY_FILE} (delete it to have one generated)"}
+    setting = {
+        "config": "ServeArgs.secret_key",
+        "env": SECRET_KEY_ENV,
+        "file": f"the key file {data_dir / KEY_FILE} (delete it to have one generated)",
+    }
     _check_strength(current, setting[source])
     old = tuple(k for k in dict.fromkeys((*previous, *_split(env.get(PREVIOUS_KEYS_ENV)))) if k and k != current)
     for i, key in enumerate(old):

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.apis.origin import origin_after
 from agentserve.apis.responses.sealing import SealedReasoning, Sealer, SealError
 from agentserve.config import ServeArgs, StateSpec
 from agentserve.serve.state_args import secret_keys_at_start, settle_state
@@ -88,7 +89,8 @@ def test_a_weak_key_is_refused_at_start_naming_the_setting_and_how_to_make_one(t
 def test_generated_and_recommended_keys_pass_the_check(tmp_path):
     import secrets
 
-    for key in (secrets.token_urlsafe(32), secrets.token_hex(32), secrets.token_hex(16), load_or_create_key(tmp_path / "k")):
+    generated = load_or_create_key(tmp_path / "k")
+    for key in (secrets.token_urlsafe(32), secrets.token_hex(32), secrets.token_hex(16), generated):
         assert resolve(tmp_path, key).current == key
 
 
@@ -126,23 +128,30 @@ def test_data_dir_default_and_env():
     assert str(data_dir(StateSpec(data_dir="/x"), {"AGENTSERVE_DATA_DIR": "/srv/as"})) == "/x"
 
 
+HERE = origin_after("caller", ())
+ELSEWHERE = origin_after("another caller", ())
+
+
 def test_signatures_from_a_previous_key_verify_and_new_ones_use_the_current_key():
-    old = ThinkingSigner("old-key")
-    rotated = ThinkingSigner("new-key", previous=["old-key"])
-    sig = old.sign("I should check the file.")
-    assert rotated.verify("I should check the file.", sig)
-    assert not rotated.verify("I should check the other file.", sig)
-    assert rotated.sign("x") == ThinkingSigner("new-key").sign("x") != old.sign("x")
-    assert not ThinkingSigner("new-key").verify("I should check the file.", sig)  # without it: rejected
-    assert not ThinkingSigner("other", previous=["unrelated"]).verify("I should check the file.", sig)
+    old = ThinkingSigner(OLD1)
+    rotated = ThinkingSigner(NEW, previous=[OLD1])
+    sig = old.sign("I should check the file.", HERE)
+    assert rotated.verify("I should check the file.", sig, HERE)
+    assert not rotated.verify("I should check the other file.", sig, HERE)
+    assert not rotated.verify("I should check the file.", sig, ELSEWHERE)  # still bound to its origin
+    assert rotated.sign("x", HERE) == ThinkingSigner(NEW).sign("x", HERE) != old.sign("x", HERE)
+    assert not ThinkingSigner(NEW).verify("I should check the file.", sig, HERE)  # without it: rejected
+    assert not ThinkingSigner(OLD2, previous=[CONF]).verify("I should check the file.", sig, HERE)
 
 
 def test_reasoning_sealed_under_a_previous_key_opens_after_rotation():
     item = SealedReasoning(text="plan: read then edit", model="m", response_id="resp_1", output_index=0)
-    blob = Sealer("old-key").seal(item)
-    rotated = Sealer("new-key", previous=("old-key",))
-    assert rotated.open(blob) == item
+    blob = Sealer(OLD1).seal(item, HERE)
+    rotated = Sealer(NEW, previous=(OLD1,))
+    assert rotated.open(blob, HERE) == item
     with pytest.raises(SealError, match="authentication"):
-        Sealer("new-key").open(blob)
+        rotated.open(blob, ELSEWHERE)  # still bound to its origin
+    with pytest.raises(SealError, match="authentication"):
+        Sealer(NEW).open(blob, HERE)
     with pytest.raises(SealError):
-        Sealer("old-key").open(rotated.seal(item))  # new blobs use the current key only
+        Sealer(OLD1).open(rotated.seal(item, HERE), HERE)  # new blobs use the current key only
