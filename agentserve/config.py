@@ -239,6 +239,9 @@ class StateSpec(_Strict):
     # max_connections of 100; see docs/OPERATIONS.md before raising it or the replica counts.
     postgres_pool_size: int = Field(default=4, ge=1)
     postgres_connect_timeout_s: float = Field(default=10.0, gt=0)
+    # How often each Ingress replica re-counts the stores' running totals from their rows, in the background
+    # (state/upkeep.py: drift from writers that did not keep them cannot accumulate). None: never.
+    totals_recount_interval_s: float | None = Field(default=3600.0, gt=0)
 
 
 class LimitsSpec(_Strict):
