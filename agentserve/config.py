@@ -239,6 +239,9 @@ class StateSpec(_Strict):
     # max_connections of 100; see docs/OPERATIONS.md before raising it or the replica counts.
     postgres_pool_size: int = Field(default=4, ge=1)
     postgres_connect_timeout_s: float = Field(default=10.0, gt=0)
+    # How often each Ingress replica re-counts the stores' running totals from their rows, in the background
+    # (state/upkeep.py: drift from writers that did not keep them cannot accumulate). None: never.
+    totals_recount_interval_s: float | None = Field(default=3600.0, gt=0)
 
 
 class LimitsSpec(_Strict):
@@ -344,6 +347,8 @@ class ServeArgs(_Strict):
     # None: env AGENTSERVE_SECRET_KEY, else one generated once and kept in the state data directory
     # (agentserve/state/secrets.py). build_app only checks it; the Ingress (the one deployment that signs) reads it
     # when its replica starts (serve/state_args.py): prefer the env var, since Serve keeps these args in its checkpoint.
+    # A weak one (short, a placeholder, a few characters repeated) is refused at start, as are weak previous keys:
+    # make one with `python -c "import secrets; print(secrets.token_urlsafe(32))"`.
     secret_key: str | None = None
     # Append every finished turn's prompt and output token ids here (for `agentserve doctor TRACE`).
     trace_path: str | None = None

@@ -383,24 +383,25 @@ def messages(
     seed: int = 0,
     *,
     assistant: Sequence[dict[str, Any]] | None = None,
-    sign: Callable[[str], str] = lambda thinking: "",
+    sign: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     variants: Mapping[int, int] | None = None,
     result_tokens: int = RESULT_TOKENS,
 ) -> list[dict[str, Any]]:
     """The messages after `turns` turns: the first user message, then each turn's reply and tool result.
 
     `assistant[i]`: the assistant message of turn i + 1 as the client received it (a harness sends back what it
-    was sent: the server's tool_use ids and thinking signatures); the generated one (`Step.assistant`, thinking
-    signed by `sign`) for turns it does not cover. `variants[i]`: turn i's tool result forked (same length)."""
+    was sent: the server's tool_use ids and thinking signatures); the generated one (`Step.assistant`, its thinking
+    unsigned) for turns it does not cover. `sign`: signs those where they stand (`anthropic.sign_thinking`, which
+    keeps the server's). `variants[i]`: turn i's tool result forked (same length)."""
     out = [first_user(seed)]
     got = list(assistant or ())
     forks = variants or {}
     for i in range(1, turns + 1):
         s = step(i, seed, result_tokens)
-        msg = got[i - 1] if i <= len(got) else s.assistant(tool_use_id(i, seed), sign(s.thinking))
+        msg = got[i - 1] if i <= len(got) else s.assistant(tool_use_id(i, seed))
         call_id = next(b["id"] for b in msg["content"] if b.get("type") == "tool_use")
         out += [msg, s.tool_result(call_id, forks.get(i, 0))]
-    return out
+    return sign(out) if sign is not None else out
 
 
 def body(turns: int, seed: int = 0, *, model: str = MODEL, **kwargs: Any) -> dict[str, Any]:

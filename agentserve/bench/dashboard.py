@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import sys
 import threading
 import time
@@ -99,7 +100,7 @@ def build_app_with_engines(args: dict, n: int):
     from agentserve.serve.app import build_app
 
     engine = {**args.get("engine", {}), "num_replicas": n}
-    return build_app({**args, "engine": engine, "secret_key": "0" * 64})
+    return build_app({**args, "engine": engine, "secret_key": secrets.token_hex(32)})
 
 
 # -- the dashboard's arithmetic over scrapes --------------------------------------------------------------

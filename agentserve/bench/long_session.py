@@ -236,11 +236,12 @@ class Anchor:
         from agentserve.apis import anthropic
         from agentserve.apis.anthropic.schema import MessagesRequest
         from agentserve.preprocess.preamble import strip_anthropic_preamble
+        from agentserve.ingress.middleware.auth import identity_of
         from agentserve.preprocess.render import plan_messages
 
         pre = self._pre
         gen = anthropic.decode(MessagesRequest.model_validate_json(raw), request_id="anchor", model=self._args.model.id,
-                               signer=self._signer, session_id=self._session_id)
+                               signer=self._signer, caller=identity_of(None), session_id=self._session_id)
         conv = strip_anthropic_preamble(gen.conversation)[0]
         plan = plan_messages(conv, pre._policy, pre._caps, pre._placement)  # noqa: SLF001 - the same plan
         return plan.messages, [t.openai_schema() for t in conv.tools] or None

@@ -42,6 +42,7 @@ import copy
 import json
 import os
 import platform
+import secrets
 import sys
 import time
 from typing import Any, Sequence
@@ -57,7 +58,7 @@ OUT_JSON = results.out_path("replay.json")
 OUT_PNG = results.out_path("replay.png")
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "bench"}
-SECRET = "bench-replay-secret"  # ServeArgs.secret_key: lets the bench sign the opening exchange's thinking
+SECRET = secrets.token_hex(32)  # ServeArgs.secret_key: lets the bench sign the opening exchange's thinking
 TARGET = 0.98
 
 TOOLS = [
@@ -129,16 +130,20 @@ OPENING_STEPS = [
 def opening(p: dict[str, str], signer) -> list[dict[str, Any]]:
     """The earlier agent exchange every session starts from: task, then thinking + tool_use -> tool_result steps.
 
-    Its thinking blocks carry this server's signatures (the bench shares `secret_key` with the graph)."""
+    Its thinking blocks carry this server's signatures, made where they stand for this bench's caller (the bench
+    shares `secret_key` with the graph, which has no keys configured: the caller is the key the bench presents)."""
+    from agentserve.apis.anthropic import sign_thinking
+    from agentserve.ingress.middleware.auth import identity_of
+
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": f"tests/{p['test']}.py fails in {p['name']}. Find the cause and fix it."}]
     for i, (thinking, name, args) in enumerate(OPENING_STEPS):
         call = {"type": "tool_use", "id": f"toolu_01{p['name']}{i:04d}", "name": name, "input": args(p)}
         messages.append({"role": "assistant", "content": [
-            {"type": "thinking", "thinking": thinking, "signature": signer.sign(thinking)}, call]})
+            {"type": "thinking", "thinking": thinking, "signature": ""}, call]})
         messages.append({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": call["id"], "content": tool_output(p, name, call["input"], i)}]})
-    return messages
+    return sign_thinking(messages, signer, caller=identity_of(HEADERS["x-api-key"]))
 
 
 def follow_up(p: dict[str, str], content: list[dict[str, Any]], step: int) -> dict[str, Any]:

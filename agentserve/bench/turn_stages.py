@@ -84,7 +84,8 @@ def measure(
     scope = identity_of(None)  # the caller's scope without API keys, as the ingress keys kept turns
 
     def decode_validated(req: MessagesRequest):
-        gen = anthropic.decode(req, request_id="req_stage", model=spec.id, signer=signer, session_id=session_id)
+        gen = anthropic.decode(req, request_id="req_stage", model=spec.id, signer=signer, caller=scope,
+                               session_id=session_id)
         gen = gen.model_copy(update={"conversation": strip_anthropic_preamble(gen.conversation)[0]})
         return with_hints(gen, headers, req)
 

@@ -24,6 +24,7 @@ from agentserve import metrics
 from agentserve.apis import anthropic, chat_completions, responses
 from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.responses.store import ResponseStore
+from agentserve.state.upkeep import TotalsRecount
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest
 from agentserve.ingress import openapi
 from agentserve.ingress.context import IngressContext
@@ -64,10 +65,12 @@ OPENAPI_BODIES: openapi.Bodies = {
 
 @dataclass(frozen=True)
 class IngressParts:
-    """What the app is built from: the request path's context and the Responses store (the state backend)."""
+    """What the app is built from: the request path's context, the Responses store (the state backend), and the
+    backend's background upkeep (closed with the app)."""
 
     ctx: IngressContext
     store: ResponseStore
+    upkeep: TotalsRecount | None = None
 
 
 def make_app(parts: IngressParts) -> FastAPI:
@@ -79,6 +82,8 @@ def make_app(parts: IngressParts) -> FastAPI:
         try:
             yield
         finally:
+            if parts.upkeep is not None:
+                await asyncio.to_thread(parts.upkeep.close)
             parts.store.close()
             for observer in ctx.path.observers:  # e.g. kept turns still queued are written before the stop
                 close = getattr(observer, "close", None)

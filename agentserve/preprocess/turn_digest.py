@@ -37,7 +37,7 @@ def _h(*parts: bytes) -> bytes:
     return h.digest()
 
 
-def _json(value: Any) -> bytes:
+def canonical_json(value: Any) -> bytes:
     """Compact, keys sorted, UTF-8 (orjson; the standard library's spelling of the same for what orjson refuses,
     integers past 64 bits)."""
     try:
@@ -91,8 +91,8 @@ def header_digest(
 ) -> bytes:
     tools = [t.openai_schema() for t in conversation.tools]
     choice = conversation.tool_choice if isinstance(conversation.tool_choice, str) else conversation.tool_choice.name
-    return _h(b"header", scope.encode(), model.encode(), _json(tools), choice.encode(),
-              _json(template_kwargs), repr(thinking).encode())
+    return _h(b"header", scope.encode(), model.encode(), canonical_json(tools), choice.encode(),
+              canonical_json(template_kwargs), repr(thinking).encode())
 
 
 def chain(header: bytes, turns: Sequence[Turn]) -> list[bytes]:
@@ -106,7 +106,7 @@ def chain(header: bytes, turns: Sequence[Turn]) -> list[bytes]:
 
 
 def next_digest(prefix: bytes, turn: Turn) -> bytes:
-    return _h(b"turn", prefix, _json(_turn_form(turn)))
+    return _h(b"turn", prefix, canonical_json(_turn_form(turn)))
 
 
 def kept_key(digest: bytes) -> str:

@@ -87,6 +87,10 @@ class StateBackend(Protocol):
         ...
 
     # -- upkeep --------------------------------------------------------------------------------------------
+    def recount_totals(self) -> dict[str, tuple[int, int]]:
+        """Set each store's running entry count and bytes from its rows; how far off the drifted ones were."""
+        ...
+
     def prune(self, now: float, buckets_idle_s: float) -> None:
         """Drop expired leases, responses and kept turns, and buckets untouched for buckets_idle_s (full again)."""
         ...

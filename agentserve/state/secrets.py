@@ -5,12 +5,21 @@ and kept in the data directory (mode 0600), so restarting `make serve` keeps eve
 valid. A generated key is per node: a Kubernetes or multi-node deployment refuses it unless explicitly
 allowed, because replicas on another node (or the next cluster of a RayService upgrade) would not share it.
 Previous keys (config, and env AGENTSERVE_PREVIOUS_SECRET_KEYS, comma separated) verify but never sign.
+
+A weak key is refused at start (WeakSecretKey), current or previous alike: whoever guesses it can sign thinking
+and seal reasoning that every replica renders as the model's own. Weak is short (under MIN_KEY_CHARS), few
+distinct characters repeated (under MIN_KEY_BITS by its own character frequencies: a repeated character, a short
+pattern), or a placeholder (a word like "changeme" or "secret" in it). The check is a floor, not a proof: a key
+from GENERATE_HINT passes it by a wide margin.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import secrets as _random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Mapping, Sequence
@@ -19,10 +28,41 @@ SECRET_KEY_ENV = "AGENTSERVE_SECRET_KEY"
 PREVIOUS_KEYS_ENV = "AGENTSERVE_PREVIOUS_SECRET_KEYS"
 KUBERNETES_ENV = "KUBERNETES_SERVICE_HOST"
 KEY_FILE = "secret_key"
+MIN_KEY_CHARS = 32
+MIN_KEY_BITS = 80  # length x the Shannon entropy of its characters: 32 random hex characters give 90-125
+GENERATE_HINT = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+_PLACEHOLDERS = ("changeme", "replace", "placeholder", "example", "secret", "password", "insecure", "default")
 
 
 class GeneratedKeyRefused(RuntimeError):
     """A clustered deployment would run with a key only one node has."""
+
+
+class WeakSecretKey(ValueError):
+    """A configured key someone could guess (see the module docstring); the message names the setting."""
+
+
+def key_weakness(key: str) -> str | None:
+    """Why `key` is too weak to sign with, or None. Never quotes the key (the message goes to logs)."""
+    if len(key) < MIN_KEY_CHARS:
+        return f"it is {len(key)} characters long, under {MIN_KEY_CHARS}"
+    letters = re.sub(r"[^a-z0-9]", "", key.lower())
+    word = next((w for w in _PLACEHOLDERS if w in letters), None)
+    if word:
+        return f"it reads as a placeholder (it contains {word!r})"
+    bits = len(key) * sum(-n / len(key) * math.log2(n / len(key)) for n in Counter(key).values())
+    if bits < MIN_KEY_BITS:
+        return f"it repeats a few characters (about {bits:.0f} bits by their frequencies, under {MIN_KEY_BITS})"
+    return None
+
+
+def _check_strength(key: str, setting: str) -> None:
+    why = key_weakness(key)
+    if why is not None:
+        raise WeakSecretKey(
+            f"{setting} is too weak to sign thinking and seal reasoning: {why}. Whoever guesses it can forge what "
+            f"the model is shown as its own. Generate one with: {GENERATE_HINT}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +85,8 @@ def resolve_secret_keys(
     allow_generated: bool,
     env: Mapping[str, str] = os.environ,
 ) -> SecretKeys:
-    """The current key and the previous ones; raises GeneratedKeyRefused (see the module docstring)."""
+    """The current key and the previous ones; raises GeneratedKeyRefused or WeakSecretKey (see the module
+    docstring)."""
     if configured:
         current, source = configured, "config"
     elif env.get(SECRET_KEY_ENV, "").strip():
@@ -59,7 +100,15 @@ def resolve_secret_keys(
                 "docs/OPERATIONS.md) or ServeArgs.secret_key, or set allow_generated_secret_key: true to accept that."
             )
         current, source = load_or_create_key(data_dir / KEY_FILE), "file"
+    setting = {
+        "config": "ServeArgs.secret_key",
+        "env": SECRET_KEY_ENV,
+        "file": f"the key file {data_dir / KEY_FILE} (delete it to have one generated)",
+    }
+    _check_strength(current, setting[source])
     old = tuple(k for k in dict.fromkeys((*previous, *_split(env.get(PREVIOUS_KEYS_ENV)))) if k and k != current)
+    for i, key in enumerate(old):
+        _check_strength(key, f"previous key {i + 1} of previous_secret_keys / {PREVIOUS_KEYS_ENV}")
     return SecretKeys(current=current, previous=old, source=source)
 
 

@@ -12,7 +12,9 @@ Each store's entry count and byte total live in one row of `TOTALS`, changed in 
 (every insert, replace and delete accounts for itself; deletes read the sizes back with RETURNING). Checking the
 bounds on every write by `COUNT(*), SUM(size)` instead scanned the whole table, and in SQLite reading `size` past an
 overflowing `body` reads the body too: a kept-turn write cost grew with everything kept, and at a few thousand
-entries it was a sixth of the Ingress's CPU. The row is filled from a scan once, when the table is new to it.
+entries it was a sixth of the Ingress's CPU. The row is filled from a scan once, when the table is new to it, and
+set from one again by `recount_totals`, rare background upkeep (state/upkeep.py), so what a writer that does not
+keep it changed (a replica of an earlier version during an upgrade, a hand edit) cannot accumulate.
 """
 
 from __future__ import annotations
@@ -295,6 +297,23 @@ class SqlBackend(ABC):
         return TokenGrant(False, (1.0 - tokens) / rate_per_s if rate_per_s > 0 else float("inf"))
 
     # -- upkeep --------------------------------------------------------------------------------------------
+    def recount_totals(self) -> dict[str, tuple[int, int]]:
+        """Set each store's totals row from a scan of its rows; returns how far off each drifted row was (entries,
+        bytes; stores that were right are not in it). One transaction per store, which first takes the totals
+        row's lock (the touch), so every concurrent writer of that store either committed before the scan (and it
+        counts) or accounts for itself after this commits (its uncommitted rows are not counted)."""
+        drift: dict[str, tuple[int, int]] = {}
+        for store in (RESPONSES, KEPT):
+            with self._tx() as tx:
+                tx.execute(f"UPDATE {TOTALS} SET entries = entries WHERE store = ?", (store,))
+                kept = _totals(tx, store)
+                count, total = (int(v) for v in tx.execute(
+                    f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {store}").fetchone())  # fmt: skip
+                if kept != (count, total):
+                    tx.execute(f"UPDATE {TOTALS} SET entries = ?, bytes = ? WHERE store = ?", (count, total, store))
+                    drift[store] = (kept[0] - count, kept[1] - total)
+        return drift
+
     def prune(self, now: float, buckets_idle_s: float) -> None:
         with self._tx() as tx:
             tx.execute(f"DELETE FROM {LEASES} WHERE expires_at <= ?", (now,))

@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from tests.support.graph import running_graph
+from tests.support.keys import signing_key
 from agentserve.bench.recording_proxy import Exchange, RecordingProxy
 from tests.e2e.test_claude_code import _claude_binary, claude_env
 
@@ -70,7 +71,7 @@ def tiers_graph(model_path, workdir):
     ]
     haiku_rules = [{"match": "", "reply": HAIKU_REPLY}]
     args = {
-        "secret_key": "0" * 64,
+        "secret_key": signing_key("graph"),
         "models": [
             {"id": MAIN_ID, "aliases": [MAIN], "context_window": 200_000,
              "engine": {"kind": "scripted", "block_size": 16, "rules": main_rules}},

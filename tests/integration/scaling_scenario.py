@@ -20,6 +20,7 @@ import httpx
 from agentserve.ports import free_port
 from agentserve.bench.graph import wait_for
 from tests.support.graph import serve_config
+from tests.support.keys import signing_key
 
 APP = "agentserve"
 WORDS = 120
@@ -28,7 +29,7 @@ RULES = [
     {"match": "long", "reply": REPLY, "itl_ms": 40},  # ~5 s per stream
     {"match": "", "reply": "ok", "itl_ms": 0},
 ]
-ARGS = {"engine": {"kind": "scripted", "block_size": 16, "rules": RULES}, "secret_key": "0" * 64}
+ARGS = {"engine": {"kind": "scripted", "block_size": 16, "rules": RULES}, "secret_key": signing_key("graph")}
 
 
 T0 = time.monotonic()

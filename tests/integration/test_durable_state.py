@@ -12,6 +12,7 @@ from typing import Iterator
 import anthropic
 import pytest
 
+from tests.support.keys import signing_key
 from tests.integration.durable_graph import RestartableGraph, assert_chain_survived, graph_args, oai, start_chain
 
 pytestmark = [pytest.mark.integration, pytest.mark.restarts_cluster]  # run last: a full restart stops Ray
@@ -94,7 +95,7 @@ def test_chain_and_generated_key_survive_a_full_restart(graph, data_dir):
 
 
 def test_signed_thinking_survives_a_redeploy_and_a_key_rotation(graph):
-    graph.redeploy(graph_args(secret_key="configured-key-1"))
+    graph.redeploy(graph_args(secret_key=signing_key("configured 1")))
     first, msg = signed_turn(graph)
     # Responses (Codex, store: false): the sealed reasoning comes back as encrypted_content.
     codex = dict(model="smollm2", store=False, include=["reasoning.encrypted_content"])
@@ -112,6 +113,6 @@ def test_signed_thinking_survives_a_redeploy_and_a_key_rotation(graph):
     assert oai(graph).responses.create(**codex, input=replay).output_text == "Hello from responses."
 
     # Rotation: a new key signs; the old one, listed as previous, still verifies.
-    graph.redeploy(graph_args(secret_key="configured-key-2", previous_secret_keys=["configured-key-1"]))
+    graph.redeploy(graph_args(secret_key=signing_key("configured 2"), previous_secret_keys=[signing_key("configured 1")]))
     assert next_turn(graph, first, msg).content[-1].text == "Continuing where we left off."
     assert oai(graph).responses.create(**codex, input=replay).output_text == "Hello from responses."

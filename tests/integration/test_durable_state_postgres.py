@@ -10,6 +10,7 @@ import pytest
 
 from tests.integration.durable_graph import RestartableGraph, assert_chain_survived, graph_args, start_chain
 from tests.postgres_server import postgres_server
+from tests.support.keys import signing_key
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,7 @@ def dsn() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def graph(model_path, dsn, tmp_path_factory) -> Iterator[RestartableGraph]:
     state = {"backend": "postgres", "postgres_dsn": dsn, "data_dir": str(tmp_path_factory.mktemp("data"))}
-    g = RestartableGraph(graph_args(state, secret_key="pg-test-key"))
+    g = RestartableGraph(graph_args(state, secret_key=signing_key("postgres")))
     g.start()
     try:
         yield g

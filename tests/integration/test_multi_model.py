@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tests.support.graph import DeployedGraph, deployed_graph
+from tests.support.keys import signing_key
 from agentserve.bench.graph import wait_for
 
 pytestmark = pytest.mark.integration
@@ -34,7 +35,7 @@ def _rules(name: str) -> list[dict[str, Any]]:
 
 
 ARGS = {
-    "secret_key": "0" * 64,
+    "secret_key": signing_key("graph"),
     "models": [
         {"id": MAIN, "aliases": ["claude-main", "gpt-main"],
          "engine": {"kind": "scripted", "block_size": 16, "rules": _rules("main")}},

@@ -16,6 +16,7 @@ import pytest
 
 from agentserve.ingress.middleware.auth import hash_key
 from tests.support.graph import APP, DeployedGraph, deployed_graph
+from tests.support.keys import signing_key
 from agentserve.bench.graph import wait_for
 
 pytestmark = pytest.mark.integration
@@ -27,7 +28,7 @@ ADMIN_KEY = "admin-test-key"  # the admin route's own credential: an API key doe
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 ARGS = {
-    "secret_key": "0" * 64,
+    "secret_key": signing_key("graph"),
     "api_keys": [hash_key(KEY)],
     "admin": {"keys": [hash_key(ADMIN_KEY)], "adapter_root": "/adapters"},
     "models": [

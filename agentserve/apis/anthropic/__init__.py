@@ -1,6 +1,6 @@
 """Anthropic Messages API: request schema, decode into a Conversation, encode StreamEvents, errors, models."""
 
-from agentserve.apis.anthropic.decode import conversation, decode, parallel_tool_use, thinking_switch
+from agentserve.apis.anthropic.decode import conversation, decode, parallel_tool_use, sign_thinking, thinking_switch
 from agentserve.apis.anthropic.encode import MessageEncoder
 from agentserve.apis.anthropic.schema import CountTokensRequest, MessagesRequest
 from agentserve.apis.anthropic.signature import ThinkingSigner
@@ -13,5 +13,6 @@ __all__ = [
     "conversation",
     "decode",
     "parallel_tool_use",
+    "sign_thinking",
     "thinking_switch",
 ]

@@ -4,8 +4,10 @@
   `mid_conv_system` blocks become system turns in place, so earlier turns render exactly as before.
 - Consecutive text blocks of a user or system turn are joined with "\n" (Claude Code sends `<system-reminder>`
   blocks next to the prompt); assistant text is kept block by block, as generated.
-- Assistant thinking must carry a signature this server issued over that exact text; `redacted_thinking` is
-  opaque (this server never issues it and the model cannot read it), so it is accepted and left out of the prompt.
+- Assistant thinking must carry a signature this server issued over that exact text, to this caller, at that place
+  in the conversation (apis/origin.py): anything else is refused as Anthropic refuses an invalid signature (400).
+  `redacted_thinking` is opaque (this server never issues it and the model cannot read it), so it is accepted and
+  left out of the prompt.
 - `tool_result` content (string or blocks) and `is_error` reach the prompt; `cache_control` is accepted anywhere
   and ignored (the engine's prefix cache is automatic).
 """
@@ -13,7 +15,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from agentserve.apis.anthropic.schema import (
     CountTokensRequest,
@@ -33,6 +35,7 @@ from agentserve.apis.anthropic.schema import (
     ToolUseParam,
 )
 from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.apis.origin import Origin, Origins
 from agentserve.apis.sampling_caps import ANTHROPIC_MAX_STOP, stop_strings
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
@@ -111,9 +114,14 @@ def _tool_result_text(block: ToolResultParam) -> str:
 class _TurnBuilder:
     """Turns in order; a user message may yield several (a mid_conv_system block splits it in place)."""
 
-    def __init__(self, signer: ThinkingSigner | None) -> None:
+    def __init__(self, signer: ThinkingSigner | None, caller: str) -> None:
         self.turns: list[Turn] = []
         self._signer = signer
+        self._origins = Origins(caller)
+
+    def origin(self) -> Origin:
+        """Where an assistant message after the turns so far stands (what its thinking is signed for)."""
+        return self._origins.after(self.turns)
 
     def _push(self, role: str, blocks: list[Block]) -> None:
         if blocks:
@@ -166,12 +174,13 @@ class _TurnBuilder:
             self._push("assistant", [TextBlock(text=msg.content)] if msg.content else [])
             return
         blocks: list[Block] = []
+        origin = self.origin()
         for j, block in enumerate(msg.content):
             at = f"{where}.content.{j}"
             if isinstance(block, TextParam):
                 blocks.append(TextBlock(text=block.text))
             elif isinstance(block, ThinkingParam):
-                if self._signer is not None and not self._signer.verify(block.thinking, block.signature):
+                if self._signer is not None and not self._signer.verify(block.thinking, block.signature, origin):
                     raise _bad(f"{at}: Invalid `signature` in `thinking` block", at)
                 blocks.append(ReasoningBlock(text=block.thinking, signature=block.signature))
             elif isinstance(block, RedactedThinkingParam):
@@ -182,6 +191,29 @@ class _TurnBuilder:
             else:
                 raise _bad(f"{at}: an assistant message cannot contain a `{block.type}` block", at)
         self._push("assistant", blocks)
+
+
+def sign_thinking(messages: Sequence[dict[str, Any]], signer: ThinkingSigner, *, caller: str) -> list[dict[str, Any]]:
+    """`messages` with every thinking block whose `signature` is empty signed where it stands, as this server issues
+    it to `caller`: the history a harness would send back, for benchmarks and tests that build one the server did
+    not generate. Blocks already signed are kept as they are."""
+    builder = _TurnBuilder(None, caller)
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(messages):
+        msg = MessageParam.model_validate(raw)
+        if msg.role == "assistant":
+            if isinstance(raw["content"], list):
+                origin = builder.origin()
+                raw = {**raw, "content": [
+                    {**b, "signature": signer.sign(b["thinking"], origin)}
+                    if b.get("type") == "thinking" and not b.get("signature") else b
+                    for b in raw["content"]
+                ]}
+            builder.assistant(msg, f"messages.{i}")
+        elif msg.role == "user":
+            builder.user(msg, f"messages.{i}")
+        out.append(raw)  # a system message: no part of any position
+    return out
 
 
 def _system_texts(system: str | list[TextParam] | None) -> list[str]:
@@ -222,9 +254,10 @@ def _tool_choice(req: CountTokensRequest, tools: tuple[ToolSpec, ...]):
     return "required" if isinstance(choice, ToolChoiceAny) else "auto"
 
 
-def conversation(req: CountTokensRequest, signer: ThinkingSigner | None) -> Conversation:
-    """The conversation the prompt is rendered from (create and count_tokens share it)."""
-    builder = _TurnBuilder(signer)
+def conversation(req: CountTokensRequest, signer: ThinkingSigner | None, *, caller: str) -> Conversation:
+    """The conversation the prompt is rendered from (create and count_tokens share it); thinking verified for
+    `caller` (signer None: not verified, for tools that only render)."""
+    builder = _TurnBuilder(signer, caller)
     builder.system(_system_texts(req.system))
     for i, msg in enumerate(req.messages):
         where = f"messages.{i}"
@@ -295,6 +328,7 @@ def decode(
     request_id: str,
     model: str,
     signer: ThinkingSigner | None,
+    caller: str,
     session_id: str | None = None,
 ) -> GenerationRequest:
     _check_thinking_budget(req)
@@ -311,7 +345,7 @@ def decode(
     return GenerationRequest(
         request_id=request_id,
         model=model,
-        conversation=conversation(req, signer),
+        conversation=conversation(req, signer, caller=caller),
         sampling=sampling,
         hints=AgentHints(session_id=session_id or (user_id if isinstance(user_id, str) else None)),
         thinking=thinking_switch(req),

@@ -2,7 +2,7 @@
 
 Stream grammar (harness-contracts A.5): message_start, then per block content_block_start, deltas,
 content_block_stop, then message_delta and message_stop; `event:` always equals `data.type`; no `[DONE]`.
-- thinking: thinking_delta*, then signature_delta (HMAC over the block's text) just before its stop;
+- thinking: thinking_delta*, then signature_delta (HMAC over the block's text and its origin) just before its stop;
 - text: text_delta*;
 - tool_use: `toolu_` id, input_json_delta whose fragments concatenate to the input object, and its
   content_block_stop as soon as the parser decoded the call's closing marker. Without the client's
@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import orjson
 
 from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.apis.origin import Origin
 from agentserve.protocol.events import (
     Finish,
     ReasoningDelta,
@@ -81,6 +82,7 @@ class MessageEncoder:
         model: str,
         prompt_tokens: int,
         signer: ThinkingSigner,
+        origin: Origin,  # the caller and the place of this turn: what its thinking is signed for
         tool_dispatch: bool = False,
         live_tool_args: bool = False,
         parallel_tool_use: bool = True,
@@ -90,6 +92,7 @@ class MessageEncoder:
         self.model = model
         self.prompt_tokens = prompt_tokens
         self._signer = signer
+        self._origin = origin
         self._dispatch = tool_dispatch
         self._live = live_tool_args
         self._parallel = parallel_tool_use
@@ -154,7 +157,7 @@ class MessageEncoder:
             return
         index, block = self._open, self.content[self._open]
         if block["type"] == "thinking":
-            block["signature"] = self._signer.sign(block["thinking"])
+            block["signature"] = self._signer.sign(block["thinking"], self._origin)
             delta = {"type": "signature_delta", "signature": block["signature"]}
             out.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
         out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))

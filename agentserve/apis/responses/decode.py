@@ -3,17 +3,25 @@
 Consecutive assistant-side items (reasoning, assistant messages, function/custom/local-shell calls)
 become one assistant Turn whose blocks stay in input order, so reasoning -> call -> reasoning -> call
 replays interleaved. Reasoning carrying our `encrypted_content` is restored to the exact text the
-model generated; without it, the raw `content` or else the summary is used.
+model generated; the blob must have been sealed for this caller at this place in the conversation
+(apis/origin.py), else it is refused as a tampered one (400 `invalid_encrypted_content`). A reasoning item
+without `encrypted_content` carries nothing that proves its `content` or summary came from the model, so it is
+not rendered as the model's reasoning: it is left out of the prompt, as Anthropic's `redacted_thinking` is
+(a client that did not ask for `reasoning.encrypted_content`, such as Codex without a model profile, sends its
+reasoning items back so; refusing them would end its session).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
+
+from pydantic import TypeAdapter
 
 from agentserve.apis.responses import schema as s
-from agentserve.apis.responses.sealing import SealError, Sealer
+from agentserve.apis.origin import Origin, Origins
+from agentserve.apis.responses.sealing import SealedReasoning, SealError, Sealer
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
     AgentHints,
@@ -34,6 +42,7 @@ from agentserve.protocol.errors import RequestError
 from agentserve.protocol.requests import reasoning_effort
 
 ToolKind = Literal["function", "custom", "local_shell"]
+_ITEM: TypeAdapter[Any] = TypeAdapter(s.InputItem)
 
 LOCAL_SHELL = "local_shell"
 _LOCAL_SHELL_PARAMS = {
@@ -178,9 +187,10 @@ def _message_blocks(item: s.MessageItem, where: str) -> list[Any]:
 
 
 class _Decoder:
-    def __init__(self, sealer: Sealer, model: str) -> None:
+    def __init__(self, sealer: Sealer, model: str, caller: str) -> None:
         self._sealer = sealer
         self._model = model
+        self._origins = Origins(caller)
         self.turns: list[Turn] = []
         self._assistant: list[Any] = []
         self._results: list[Any] = []
@@ -208,21 +218,26 @@ class _Decoder:
         self._results.append(ToolResultBlock(tool_call_id=call_id, content=text))
         self._results.extend(images)
 
+    def origin(self) -> Origin:
+        """Where reasoning added now stands (what it is sealed for): after the turns so far, results included."""
+        if self._results:
+            self._flush()  # an assistant turn starts here
+        return self._origins.after(self.turns)
+
     def reasoning_text(self, item: s.ReasoningItem, where: str) -> str:
-        if item.encrypted_content:
-            try:
-                return self._sealer.open(item.encrypted_content).text
-            except SealError as exc:
-                raise RequestError(
-                    "invalid_request",
-                    f"encrypted_content of a reasoning item could not be verified ({exc}): it was not "
-                    "issued by this deployment or was modified",
-                    param=f"{where}.encrypted_content",
-                    code="invalid_encrypted_content",
-                ) from exc
-        if item.content:
-            return "".join(p.text for p in item.content)
-        return "\n\n".join(p.text for p in item.summary)
+        """The model's own reasoning the item carries sealed ("" without a seal: see the module docstring)."""
+        if not item.encrypted_content:
+            return ""
+        try:
+            return self._sealer.open(item.encrypted_content, self.origin()).text
+        except SealError as exc:
+            raise RequestError(
+                "invalid_request",
+                f"encrypted_content of a reasoning item could not be verified ({exc}): it was not issued by this "
+                "deployment to this caller at this place in the conversation, or was modified",
+                param=f"{where}.encrypted_content",
+                code="invalid_encrypted_content",
+            ) from exc
 
     def add(self, item: Any, where: str) -> None:
         if isinstance(item, s.MessageItem):
@@ -268,6 +283,24 @@ class _Decoder:
         return self.turns
 
 
+def seal_reasoning(items: Sequence[dict[str, Any]], sealer: Sealer, *, caller: str, model: str) -> list[dict[str, Any]]:
+    """`items` with every reasoning item that has no `encrypted_content` sealed where it stands (its `content`, else
+    its summary), as this server issues it to `caller`: the history Codex would send back, for tests and benchmarks
+    that build one the server did not generate. Items already sealed are kept as they are."""
+    decoder = _Decoder(sealer, model, caller)
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(items):
+        item = _ITEM.validate_python(raw)
+        if isinstance(item, s.ReasoningItem) and not item.encrypted_content:
+            text = "".join(p.text for p in item.content) if item.content else "\n\n".join(p.text for p in item.summary)
+            sealed = SealedReasoning(text=text, model=model, response_id="resp_built", output_index=i)
+            raw = {**raw, "encrypted_content": sealer.seal(sealed, decoder.origin())}
+            item = _ITEM.validate_python(raw)
+        decoder.add(item, f"input[{i}]")
+        out.append(raw)
+    return out
+
+
 # Fields that would change the output and are not applied here (see apis/unapplied.py).
 UNAPPLIED: Unapplied = {
     "max_tool_calls": None,
@@ -307,13 +340,14 @@ def decode(
     request_id: str,
     model: str,
     sealer: Sealer,
+    caller: str,
     history: list[Any] = (),  # type: ignore[assignment]  # items of previous_response_id, oldest first
     session_id: str | None = None,
 ) -> Decoded:
     if req.background:
         raise RequestError("invalid_request", "background responses are not supported", param="background")
     _reject_unapplied(req)
-    decoder = _Decoder(sealer, model)
+    decoder = _Decoder(sealer, model, caller)
     if req.instructions:
         decoder.turns.append(Turn(role="system", blocks=(TextBlock(text=req.instructions),)))
     for i, item in enumerate(history):

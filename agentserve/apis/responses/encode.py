@@ -16,6 +16,7 @@ import orjson
 
 from agentserve.apis.responses.decode import LOCAL_SHELL, ToolKind, custom_tool_input
 from agentserve.apis.responses.schema import ResponsesRequest
+from agentserve.apis.origin import Origin
 from agentserve.apis.responses.sealing import SealedReasoning, Sealer
 from agentserve.apis.openai_logprobs import openai_logprobs
 from agentserve.protocol.events import (
@@ -59,6 +60,7 @@ class ResponsesEncoder:
         model_id: str,  # canonical, sealed into encrypted_content
         tool_kinds: dict[str, ToolKind],
         sealer: Sealer,
+        origin: Origin,  # the caller and the place of this response's turn: what its reasoning is sealed for
         count_tokens: Callable[[str], int],
         namespaces: dict[str, tuple[str, str]] | None = None,  # model-side name -> (namespace, name)
         sse: bool = True,  # False: each event is one bare JSON document (a WebSocket text frame)
@@ -71,6 +73,7 @@ class ResponsesEncoder:
         self._model_id = model_id
         self._kinds = tool_kinds
         self._sealer = sealer
+        self._origin = origin
         self._count = count_tokens
         self._summary = bool(request.reasoning and request.reasoning.summary not in (None, "none"))
         self._include_sealed = request.includes_encrypted_reasoning()
@@ -375,7 +378,8 @@ class ResponsesEncoder:
                 out.append(self._ev("response.content_part.done", **where, content_index=0, part=part))
                 body["content"] = [part]
             body["encrypted_content"] = self._sealer.seal(
-                SealedReasoning(text=text, model=self._model_id, response_id=self.id, output_index=item.index)
+                SealedReasoning(text=text, model=self._model_id, response_id=self.id, output_index=item.index),
+                self._origin,
             )
             return out + self._done(item, body)
         if item.kind == "message":

@@ -4,8 +4,11 @@ Codex runs with `store: false` and resends the whole history each turn. To repla
 reasoning token-for-token (and so keep the prefix cache warm) the server hands the text to the client
 sealed with AES-256-GCM and restores it when the item comes back. The key is derived from
 `ServeArgs.secret_key`, which every replica shares, so any replica can open any blob; a tampered,
-truncated or foreign blob fails authentication and is rejected. Blobs sealed under a previous key
-(`previous`, for rotation) still open; new ones are always sealed with the current key.
+truncated or foreign blob fails authentication and is rejected. A blob opens only for the caller it was sealed
+for and at the place in the conversation where the model generated it (apis/origin.py, authenticated as the
+cipher's associated data): replayed by another caller or moved elsewhere it fails authentication like a
+tampered one. It is not bound to the model, since harnesses switch models mid-session. Blobs sealed under a
+previous key (`previous`, for rotation) still open; new ones are always sealed with the current key.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-_VERSION = b"\x01"
-_AAD = b"agentserve/responses/reasoning/v1"
+from agentserve.apis.origin import Origin
+
+_VERSION = b"\x02"  # 1 was bound to nothing but the key (it opened anywhere): unknown format now
+_AAD = b"agentserve/responses/reasoning/v2"
 
 
 class SealError(ValueError):
-    """The blob is not one this deployment sealed (tampered, truncated, other key or format)."""
+    """The blob is not one this deployment sealed for this origin (tampered, truncated, other key, format, caller or
+    place in the conversation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,24 +58,25 @@ class Sealer:
         self._openers = (self._aead, *(AESGCM(_derive(k.encode())) for k in previous if k and k != secret_key))
         self.key_id = hashlib.sha256(key).hexdigest()[:8]
 
-    def seal(self, item: SealedReasoning) -> str:
+    def seal(self, item: SealedReasoning, origin: Origin) -> str:
         payload = orjson.dumps(
             {"t": item.text, "m": item.model, "r": item.response_id, "i": item.output_index}
         )
         nonce = os.urandom(12)
-        blob = _VERSION + nonce + self._aead.encrypt(nonce, payload, _AAD)
+        blob = _VERSION + nonce + self._aead.encrypt(nonce, payload, _AAD + origin.associated_data())
         return base64.urlsafe_b64encode(blob).decode().rstrip("=")
 
-    def open(self, blob: str) -> SealedReasoning:
+    def open(self, blob: str, origin: Origin) -> SealedReasoning:
         try:
             raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
         except (binascii.Error, ValueError) as exc:
             raise SealError("not base64url") from exc
         if len(raw) < 1 + 12 + 16 or raw[:1] != _VERSION:
             raise SealError("unknown format")
+        aad = _AAD + origin.associated_data()
         for aead in self._openers:  # the current key first, then previous ones (rotation)
             try:
-                plain = aead.decrypt(raw[1:13], raw[13:], _AAD)
+                plain = aead.decrypt(raw[1:13], raw[13:], aad)
                 break
             except InvalidTag:
                 continue

@@ -17,6 +17,7 @@ from agentserve.apis import anthropic
 from agentserve.apis.anthropic import errors as anthropic_errors
 from agentserve.apis.anthropic import models as anthropic_models
 from agentserve.apis.anthropic.encode import PING, MessageEncoder, error_frame, message_id, sse, tool_use_id
+from agentserve.apis.origin import Origin, origin_after
 from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
 from agentserve.protocol import Conversation, Preprocessed
@@ -27,6 +28,7 @@ from agentserve.ingress.errors import Envelope
 from agentserve.ingress.hints import with_hints
 from agentserve.ingress.http import parse_body
 from agentserve.ingress.lifecycle import ParseOptions
+from agentserve.ingress.middleware.auth import caller_scope
 from agentserve.ingress.middleware.request_id import current_request_id
 
 logger = logging.getLogger("ray.serve")
@@ -75,8 +77,9 @@ class AnthropicWire:
 class MessageReply:
     """The Messages encoder half: built once the prompt's size is known (message_start carries it)."""
 
-    def __init__(self, signer: anthropic.ThinkingSigner, *, model: str, **encoder_options: Any) -> None:
+    def __init__(self, signer: anthropic.ThinkingSigner, origin: Origin, *, model: str, **encoder_options: Any) -> None:
         self._signer = signer
+        self._origin = origin
         self._model = model
         self._options = encoder_options
         self._enc: MessageEncoder | None = None
@@ -92,6 +95,7 @@ class MessageReply:
             model=self._model,
             prompt_tokens=prepared.prompt_tokens,
             signer=self._signer,
+            origin=self._origin,
             **self._options,
         )
 
@@ -145,13 +149,16 @@ class AnthropicMessagesHandler:
     async def decode(self, request: Request) -> Decoded:
         body = await self._body(request, anthropic.MessagesRequest)
         served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
+        caller = caller_scope()
         gen = anthropic.decode(
             body,
             request_id=self._ctx.request_id(),
             model=served.id,
             signer=self._signer,
+            caller=caller,
             session_id=request.headers.get("x-claude-code-session-id"),
         )
+        origin = origin_after(caller, gen.conversation.turns)
         gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
         gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
         # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.
@@ -165,6 +172,7 @@ class AnthropicMessagesHandler:
         )
         reply = MessageReply(
             self._signer,
+            origin,
             model=body.model,
             tool_dispatch=bool(body.stream) and self._ctx.args.enable_streaming_tool_dispatch,
             live_tool_args=bool(body.stream) and FINE_GRAINED_TOOL_STREAMING in _betas(request),
@@ -180,7 +188,7 @@ class AnthropicMessagesHandler:
             body = await self._body(request, anthropic.CountTokensRequest)
             served = await self._ctx.lookup(body.model)
             model_name = served.id
-            conversation = self._strip(anthropic.conversation(body, self._signer), "count_tokens")
+            conversation = self._strip(anthropic.conversation(body, self._signer, caller=caller_scope()), "count_tokens")
             count = await self._count(conversation, anthropic.thinking_switch(body), served.model.id)
             return JSONResponse({"input_tokens": count})
         except RequestError as err:

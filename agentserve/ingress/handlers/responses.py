@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 
 from agentserve import metrics
 from agentserve.apis import responses
+from agentserve.apis.origin import origin_after
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import ModelSpec
@@ -163,6 +164,7 @@ class ResponsesHandler:
             request_id=self._ctx.request_id(),
             model=served.id,
             sealer=self._sealer,
+            caller=owner,
             history=history,
             session_id=headers.get("session_id") or headers.get("session-id"),
         )
@@ -184,6 +186,7 @@ class ResponsesHandler:
             model_id=served.id,
             tool_kinds=decoded.tool_kinds,
             sealer=self._sealer,
+            origin=origin_after(owner, decoded.request.conversation.turns),
             count_tokens=lambda text: len(tokenizer.encode(text, add_special_tokens=False)) if text else 0,
             namespaces=decoded.namespaces,
             sse=sse,

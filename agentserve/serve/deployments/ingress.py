@@ -29,6 +29,7 @@ from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.state_args import secret_keys_at_start
 from agentserve.state import open_backend
+from agentserve.state.upkeep import TotalsRecount
 
 logger = logging.getLogger("ray.serve")
 
@@ -86,7 +87,9 @@ class Ingress:
             max_entries=spec.max_entries, max_bytes=spec.max_bytes, ttl_s=spec.ttl_s, backend=open_backend(config.state),
             max_entries_per_owner=spec.max_entries_per_owner, max_bytes_per_owner=spec.max_bytes_per_owner,
         )
-        self._parts = IngressParts(ctx=self._ctx, store=store)
+        interval = config.state.totals_recount_interval_s
+        upkeep = TotalsRecount(open_backend(config.state), interval) if interval is not None else None
+        self._parts = IngressParts(ctx=self._ctx, store=store, upkeep=upkeep)
         freeze_startup_heap()
 
     def __serve_build_asgi_app__(self) -> FastAPI:

@@ -57,10 +57,10 @@ def test_encrypted_reasoning_restores_the_exact_text(client):
     forged = {**_without_ids(reasoning), "summary": [{"type": "summary_text", "text": "something else entirely"}]}
     a = client.responses.create(**{**req, "input": req["input"] + [forged, _without_ids(call), output]})
     assert a.status == "completed" and a.output_text == "There are two files."
+    # The same reasoning without its seal proves nothing: left out of the prompt, not rendered as the model's own.
     plain = {"type": "reasoning", "summary": reasoning["summary"]}
     b = client.responses.create(**{**req, "input": req["input"] + [plain, _without_ids(call), output]})
-    assert b.usage.input_tokens == a.usage.input_tokens
-    assert b.usage.input_tokens_details.cached_tokens == (b.usage.input_tokens - 1) // BLOCK * BLOCK
+    assert b.status == "completed" and b.usage.input_tokens < a.usage.input_tokens
 
 
 @pytest.mark.parametrize(

@@ -12,25 +12,28 @@ from pydantic import ValidationError
 from agentserve.apis import anthropic
 from agentserve.apis.anthropic import errors as anthropic_errors
 from agentserve.protocol import ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock
+from agentserve.apis.origin import origin_after
+from agentserve.ingress.middleware.auth import hash_key
 from agentserve.protocol.errors import RequestError
+from tests.support.keys import signing_key
 
-SIGNER = anthropic.ThinkingSigner("k" * 64)
+SIGNER = anthropic.ThinkingSigner(signing_key("unit"))
+CALLER = hash_key("client key")
 
 
 def decode(body: dict):
     req = anthropic.MessagesRequest.model_validate({"model": "m", "max_tokens": 4096, **body})
-    return anthropic.decode(req, request_id="r", model="m", signer=SIGNER)
+    return anthropic.decode(req, request_id="r", model="m", signer=SIGNER, caller=CALLER)
 
 
 def test_interleaved_assistant_blocks_keep_their_order():
-    sig1, sig2 = SIGNER.sign("first"), SIGNER.sign("second")
-    gen = decode({"messages": [
+    gen = decode({"messages": anthropic.sign_thinking([
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "first", "signature": sig1},
+            {"type": "thinking", "thinking": "first", "signature": ""},
             {"type": "tool_use", "id": "toolu_1", "name": "a", "input": {"x": 1}},
             {"type": "redacted_thinking", "data": "opaque"},
-            {"type": "thinking", "thinking": "second", "signature": sig2},
+            {"type": "thinking", "thinking": "second", "signature": ""},
             {"type": "tool_use", "id": "toolu_2", "name": "b", "input": {}},
         ]},
         {"role": "user", "content": [
@@ -38,7 +41,7 @@ def test_interleaved_assistant_blocks_keep_their_order():
             {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
              "content": [{"type": "text", "text": "EN"}, {"type": "text", "text": "OENT"}]},
         ]},
-    ]})
+    ], SIGNER, caller=CALLER)})
     blocks = gen.conversation.turns[1].blocks
     assert [type(b) for b in blocks] == [ReasoningBlock, ToolCallBlock, ReasoningBlock, ToolCallBlock]
     assert json.loads(blocks[1].arguments) == {"x": 1}
@@ -139,7 +142,7 @@ def test_malformed_bodies_never_escape_as_server_errors(body):
     """Every body is either decoded or refused with a 4xx in Anthropic's envelope."""
     try:
         req = anthropic.MessagesRequest.model_validate(body)
-        anthropic.decode(req, request_id="r", model="m", signer=SIGNER)
+        anthropic.decode(req, request_id="r", model="m", signer=SIGNER, caller=CALLER)
     except ValidationError:
         return  # the HTTP layer turns this into 400 invalid_request_error
     except RequestError as err:
@@ -160,7 +163,8 @@ def test_envelope_statuses():
 
 
 def test_signatures_verify_only_the_signed_text():
-    sig = SIGNER.sign("thought")
-    assert SIGNER.verify("thought", sig) and not SIGNER.verify("thought!", sig)
-    assert not anthropic.ThinkingSigner("other-key").verify("thought", sig)
+    origin = origin_after(CALLER, ())
+    sig = SIGNER.sign("thought", origin)
+    assert SIGNER.verify("thought", sig, origin) and not SIGNER.verify("thought!", sig, origin)
+    assert not anthropic.ThinkingSigner(signing_key("other")).verify("thought", sig, origin)
     assert TextBlock(text="x")  # keeps the import used

@@ -19,12 +19,15 @@ from agentserve.protocol.events import (
     Usage,
 )
 from agentserve.ingress.handlers.anthropic_messages import AnthropicMessagesHandler
+from agentserve.apis.origin import origin_after
+from tests.support.keys import signing_key
 
-SIGNER = anthropic.ThinkingSigner("k" * 64)
+SIGNER = anthropic.ThinkingSigner(signing_key("unit"))
+ORIGIN = origin_after("caller", ())
 
 
 def encoder(**kw) -> MessageEncoder:
-    return MessageEncoder(message_id="msg_1", model="m", prompt_tokens=100, signer=SIGNER, **kw)
+    return MessageEncoder(message_id="msg_1", model="m", prompt_tokens=100, signer=SIGNER, origin=ORIGIN, **kw)
 
 
 CALL = [ToolCallStart(0, "toolu_a", "f"), ToolCallArgsDelta(0, '{"a"'), ToolCallArgsDelta(0, ": 1}"),
@@ -39,7 +42,7 @@ def test_blocks_signature_usage_and_dispatch():
                      "content_block_start", "content_block_delta", "content_block_stop",
                      "content_block_start", "content_block_delta", "content_block_stop", "tool_call_dispatch",
                      "message_delta", "message_stop"]
-    assert frames[2][1]["delta"] == {"type": "signature_delta", "signature": SIGNER.sign("think")}
+    assert frames[2][1]["delta"] == {"type": "signature_delta", "signature": SIGNER.sign("think", ORIGIN)}
     assert frames[8][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"a": 1}'}  # buffered, whole
     assert frames[10][1] == {"type": "tool_call_dispatch", "index": 2,
                              "tool_use": {"id": "toolu_a", "name": "f", "input": {"a": 1}}}
@@ -83,7 +86,7 @@ def test_parallel_off_keeps_the_first_call_and_stop_reasons():
 
 
 def _handler(interval: float) -> AnthropicMessagesHandler:
-    ctx = SimpleNamespace(args=SimpleNamespace(secret_key="k" * 64, previous_secret_keys=(), keepalive_interval_s=interval))
+    ctx = SimpleNamespace(args=SimpleNamespace(secret_key=signing_key("unit"), previous_secret_keys=(), keepalive_interval_s=interval))
     return AnthropicMessagesHandler(ctx)  # type: ignore[arg-type]
 
 

@@ -9,29 +9,36 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agentserve.apis.responses import ResponsesRequest, Sealer, decode
+from agentserve.apis.origin import origin_after
+from agentserve.apis.responses import ResponsesRequest, Sealer, decode, seal_reasoning
 from agentserve.apis.responses.sealing import SealedReasoning
-from agentserve.protocol import NamedToolChoice, ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock
+from agentserve.protocol import NamedToolChoice, ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock, Turn
 from agentserve.protocol.errors import RequestError
+from tests.support.keys import signing_key
 
-SEALER = Sealer("unit-test-secret")
+SEALER = Sealer(signing_key("unit"))
+CALLER = "caller"
 
 
 def _decode(body: dict, **kw):
-    return decode(ResponsesRequest.model_validate(body), request_id="r", model="m", sealer=SEALER, **kw)
+    return decode(ResponsesRequest.model_validate(body), request_id="r", model="m", sealer=SEALER, caller=CALLER, **kw)
 
 
 def test_interleaved_reasoning_and_calls_stay_in_order():
-    blob = SEALER.seal(SealedReasoning(text="second thought", model="m", response_id="resp_1", output_index=2))
+    sealed = seal_reasoning([
+        {"role": "developer", "content": "dev"},
+        {"role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "first"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "second thought"}]},
+    ], SEALER, caller=CALLER, model="m")
+    blob = sealed[-1]["encrypted_content"]
     d = _decode(
         {
             "model": "m",
             "instructions": "sys",
             "input": [
-                {"role": "developer", "content": "dev"},
-                {"role": "user", "content": [{"type": "input_text", "text": "go"}]},
-                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "first"}]},
-                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
+                *sealed[:4],
                 {"type": "reasoning", "summary": [{"type": "summary_text", "text": "WRONG"}], "encrypted_content": blob},
                 {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "c1", "output": "one"},
@@ -50,23 +57,6 @@ def test_interleaved_reasoning_and_calls_stay_in_order():
     )
     assert turns[4].blocks == (ToolResultBlock(tool_call_id="c1", content="one"), ToolResultBlock(tool_call_id="c2", content="two"))
     assert turns[5].blocks == (TextBlock(text="done"),)
-
-
-def test_raw_reasoning_content_beats_summary():
-    d = _decode(
-        {
-            "model": "m",
-            "input": [
-                {"role": "user", "content": "x"},
-                {
-                    "type": "reasoning",
-                    "summary": [{"type": "summary_text", "text": "short"}],
-                    "content": [{"type": "reasoning_text", "text": "the full chain"}],
-                },
-            ],
-        }
-    )
-    assert d.request.conversation.turns[1].blocks == (ReasoningBlock(text="the full chain"),)
 
 
 def test_tools_kinds_and_choice():
@@ -130,7 +120,8 @@ def test_invalid_requests_name_the_parameter(body, param):
 
 
 def test_foreign_key_blob_is_rejected():
-    foreign = Sealer("another-deployment").seal(SealedReasoning("t", "m", "resp_1", 0))
+    origin = origin_after(CALLER, (Turn(role="user", blocks=(TextBlock(text="x"),)),))
+    foreign = Sealer(signing_key("another deployment")).seal(SealedReasoning("t", "m", "resp_1", 0), origin)
     with pytest.raises(RequestError) as exc:
         _decode({"model": "m", "input": [{"role": "user", "content": "x"}, {"type": "reasoning", "summary": [], "encrypted_content": foreign}]})
     assert exc.value.code == "invalid_encrypted_content"
@@ -171,7 +162,7 @@ def test_decoder_on_random_bodies_fails_only_with_client_errors(body):
     except ValidationError:
         return
     try:
-        d = decode(req, request_id="r", model="m", sealer=SEALER)
+        d = decode(req, request_id="r", model="m", sealer=SEALER, caller=CALLER)
     except RequestError as err:
         assert err.status == 400
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from agentserve.apis.origin import origin_after
 from agentserve.apis.responses import ResponsesEncoder, ResponsesRequest, Sealer
 from agentserve.protocol.events import (
     Finish,
@@ -15,8 +16,10 @@ from agentserve.protocol.events import (
     ToolCallStart,
     Usage,
 )
+from tests.support.keys import signing_key
 
-SEALER = Sealer("k")
+SEALER = Sealer(signing_key("unit"))
+ORIGIN = origin_after("caller", ())
 
 
 def _encoder(body: dict, kinds=None) -> ResponsesEncoder:
@@ -27,6 +30,7 @@ def _encoder(body: dict, kinds=None) -> ResponsesEncoder:
         model_id="canonical",
         tool_kinds=kinds or {},
         sealer=SEALER,
+        origin=ORIGIN,
         count_tokens=lambda s: len(s.split()),
     )
 
@@ -85,8 +89,8 @@ def test_reasoning_call_text_in_one_stream():
     ]
     final = evs[-1]["response"]
     rs, fc, msg = final["output"]
-    assert SEALER.open(rs["encrypted_content"]).text == "think hard"
-    assert SEALER.open(rs["encrypted_content"]).model == "canonical"
+    assert SEALER.open(rs["encrypted_content"], ORIGIN).text == "think hard"
+    assert SEALER.open(rs["encrypted_content"], ORIGIN).model == "canonical"
     assert fc["arguments"] == '{"a":1}' and fc["call_id"] == "call_1"
     assert msg["content"][0]["text"] == "\nok"
     done_ids = [e["item"]["id"] for e in evs if e["type"] == "response.output_item.done"]
@@ -105,7 +109,7 @@ def test_encrypted_content_only_when_included_but_always_kept_for_the_store():
     body = enc.response([ReasoningDelta("r"), Usage(1, 1, 0), Finish("stop")])
     assert "encrypted_content" not in body["output"][0]
     assert body["output"][0]["content"] == [{"type": "reasoning_text", "text": "r"}]
-    assert SEALER.open(enc.items[0]["encrypted_content"]).text == "r"
+    assert SEALER.open(enc.items[0]["encrypted_content"], ORIGIN).text == "r"
 
 
 def test_custom_and_error_calls():

@@ -10,24 +10,27 @@ import zstandard
 
 from agentserve.apis.codex.models import etag, models_body
 from agentserve.apis.models import Catalog
+from agentserve.apis.origin import origin_after
 from agentserve.apis.responses.sealing import SealedReasoning, SealError, Sealer
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import ModelProfile, ModelSpec
 from agentserve.protocol.errors import RequestError
 from agentserve.ingress.middleware.compression import decode_body
+from tests.support.keys import signing_key
 
 
 def test_seal_round_trip_and_rejections():
-    a, b = Sealer("secret"), Sealer("secret")
+    a, b = Sealer(signing_key("shared")), Sealer(signing_key("shared"))
     item = SealedReasoning("exact text\n with ü", "m", "resp_1", 3)
-    blob = a.seal(item)
-    assert b.open(blob) == item  # any replica with the shared key opens it
-    assert a.seal(item) != blob  # fresh nonce each time
+    origin = origin_after("caller", ())
+    blob = a.seal(item, origin)
+    assert b.open(blob, origin) == item  # any replica with the shared key opens it
+    assert a.seal(item, origin) != blob  # fresh nonce each time
     with pytest.raises(SealError):
-        Sealer("other").open(blob)
+        Sealer(signing_key("other")).open(blob, origin)
     for bad in (blob[:-2], blob[:10], "!!", blob[:30] + ("A" if blob[30] != "A" else "B") + blob[31:]):
         with pytest.raises(SealError):
-            a.open(bad)
+            a.open(bad, origin)
 
 
 @pytest.mark.parametrize(

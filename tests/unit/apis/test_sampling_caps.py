@@ -21,7 +21,7 @@ def _chat(**extra):
 
 def _anthropic(**extra):
     req = anthropic.MessagesRequest.model_validate({"model": "m", "max_tokens": 16, "messages": MESSAGES, **extra})
-    return anthropic.decode(req, request_id="r", model="m", signer=None)
+    return anthropic.decode(req, request_id="r", model="m", signer=None, caller="")
 
 
 @settings(max_examples=40, deadline=None)

@@ -3,6 +3,7 @@ and scripted rules whose replies the graph's parsers read back as the turns the 
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -14,8 +15,11 @@ from agentserve.bench import claude_code_shape as shape
 from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
 from agentserve.protocol import ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock
+from tests.support.keys import signing_key
 
-SIGNER = anthropic.ThinkingSigner("test-key")
+SIGNER = anthropic.ThinkingSigner(signing_key("unit"))
+CALLER = "caller"
+SIGN = functools.partial(anthropic.sign_thinking, signer=SIGNER, caller=CALLER)
 
 
 def test_the_same_seed_gives_the_same_bytes_and_another_seed_differs():
@@ -33,7 +37,7 @@ def test_a_short_session_is_the_start_of_a_long_one():
 def test_the_body_is_what_the_anthropic_sdk_and_the_server_accept():
     from anthropic.types import MessageParam, TextBlockParam, ToolParam
 
-    body = shape.body(6, sign=SIGNER.sign)
+    body = shape.body(6, sign=SIGN)
     TypeAdapter(list[MessageParam]).validate_python(body["messages"], strict=False)
     TypeAdapter(list[ToolParam]).validate_python(body["tools"])
     TypeAdapter(list[TextBlockParam]).validate_python(body["system"])
@@ -41,7 +45,8 @@ def test_the_body_is_what_the_anthropic_sdk_and_the_server_accept():
                                                       "Read"]
     assert len(body["tools"]) == 20 and all(t["input_schema"]["$schema"].endswith("2020-12/schema") for t in body["tools"])
 
-    gen = anthropic.decode(MessagesRequest.model_validate(body), request_id="r", model="m", signer=SIGNER)
+    gen = anthropic.decode(MessagesRequest.model_validate(body), request_id="r", model="m", signer=SIGNER,
+                           caller=CALLER)
     roles = [t.role for t in gen.conversation.turns]
     assert roles[:2] == ["system", "user"] and roles[2:] == ["assistant", "user"] * 6
     for i, turn in enumerate(gen.conversation.turns[2::2], start=1):
@@ -54,7 +59,8 @@ def test_the_body_is_what_the_anthropic_sdk_and_the_server_accept():
 
 def test_an_unsigned_thinking_block_is_refused_as_from_any_client():
     with pytest.raises(Exception, match="signature"):
-        anthropic.decode(MessagesRequest.model_validate(shape.body(2)), request_id="r", model="m", signer=SIGNER)
+        anthropic.decode(MessagesRequest.model_validate(shape.body(2)), request_id="r", model="m", signer=SIGNER,
+                         caller=CALLER)
 
 
 def test_a_fork_changes_only_the_marker_of_that_turn():
@@ -72,8 +78,8 @@ def test_each_request_matches_exactly_the_rule_of_its_next_turn():
     rules = shape.scripted_rules(30)
     EngineSpec(kind="scripted", rules=rules)  # a valid engine config
     for turns in (0, 1, 9, 10, 29, 30):
-        gen = anthropic.decode(MessagesRequest.model_validate(shape.body(turns, sign=SIGNER.sign)),
-                               request_id="r", model="m", signer=SIGNER)
+        gen = anthropic.decode(MessagesRequest.model_validate(shape.body(turns, sign=SIGN)),
+                               request_id="r", model="m", signer=SIGNER, caller=CALLER)
         last = gen.conversation.last_user_text()
         assert [r["reply"] for r in rules if r["match"] in last] == [shape.step(turns + 1).reply()]
 
@@ -99,8 +105,8 @@ def test_prompt_tokens_grow_as_documented(model_path):
     pre = Preprocessor(ModelSpec(context_window=1 << 20, replay_family="agentserve_default"), str(model_path), 128)
     counts = {}
     for turns in (0, 10, 40):
-        gen = anthropic.decode(MessagesRequest.model_validate(shape.body(turns, sign=SIGNER.sign)),
-                               request_id="r", model="m", signer=SIGNER)
+        gen = anthropic.decode(MessagesRequest.model_validate(shape.body(turns, sign=SIGN)),
+                               request_id="r", model="m", signer=SIGNER, caller=CALLER)
         counts[turns] = len(pre.render(strip_anthropic_preamble(gen.conversation)[0]).token_ids)
     for turns, n in counts.items():
         assert n == pytest.approx(shape.BASE_TOKENS + shape.TURN_TOKENS * turns, rel=0.05), counts

@@ -25,8 +25,10 @@ from agentserve.protocol.events import Finish, ToolCallArgsDelta, ToolCallEnd, T
 from agentserve.ingress.errors import ErrorEnvelopes
 from agentserve.ingress.middleware.auth import AuthMiddleware, KeySet, current_identity, hash_key
 from agentserve.ingress.handlers.responses_socket import error_frame
+from agentserve.apis.origin import origin_after
+from tests.support.keys import signing_key
 
-SEALER = Sealer("unit-secret")
+SEALER = Sealer(signing_key("unit"))
 NAMESPACE = {
     "type": "namespace",
     "name": "mcp__github__",
@@ -39,7 +41,8 @@ NAMESPACE = {
 
 
 def _decode(body: dict):
-    return decode(ResponsesRequest.model_validate({"model": "m", **body}), request_id="r", model="m", sealer=SEALER)
+    return decode(ResponsesRequest.model_validate({"model": "m", **body}), request_id="r", model="m", sealer=SEALER,
+                  caller="caller")
 
 
 def test_namespace_tools_reach_the_model_under_one_name_each():
@@ -54,7 +57,7 @@ def test_namespace_tools_reach_the_model_under_one_name_each():
 def _encode(decoded, name: str, arguments: str) -> dict:
     enc = ResponsesEncoder(
         response_id="resp_1", request=ResponsesRequest(model="m", input="hi"), model_name="m", model_id="m",
-        tool_kinds=decoded.tool_kinds, sealer=SEALER, count_tokens=len, namespaces=decoded.namespaces, sse=False,
+        tool_kinds=decoded.tool_kinds, sealer=SEALER, origin=origin_after("caller", ()), count_tokens=len, namespaces=decoded.namespaces, sse=False,
     )  # fmt: skip
     frames = enc.start() + enc.encode(
         [ToolCallStart(0, "call_1", name), ToolCallArgsDelta(0, arguments), ToolCallEnd(0, arguments),

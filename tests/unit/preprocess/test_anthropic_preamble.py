@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from agentserve.apis import anthropic
 from agentserve.preprocess.preamble import strip_anthropic_preamble
+from tests.support.keys import signing_key
 
-SIGNER = anthropic.ThinkingSigner("k" * 64)
+SIGNER = anthropic.ThinkingSigner(signing_key("unit"))
 HEADER = "x-anthropic-billing-header: cc_version=2.1.200.abc; cc_entrypoint=cli; cch=1a2b3;"
 
 
 def conv(system, messages=None):
     req = anthropic.CountTokensRequest.model_validate(
         {"model": "m", "system": system, "messages": messages or [{"role": "user", "content": "hi"}]})
-    return anthropic.conversation(req, SIGNER)
+    return anthropic.conversation(req, SIGNER, caller="caller")
 
 
 def test_own_block_first_line_and_mid_conversation_are_stripped():

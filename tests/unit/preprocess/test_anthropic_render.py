@@ -10,8 +10,9 @@ from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
 from agentserve.preprocess.preprocessor import Preprocessor
 from agentserve.protocol.errors import RequestError
+from tests.support.keys import signing_key
 
-SIGNER = anthropic.ThinkingSigner("k" * 64)
+SIGNER = anthropic.ThinkingSigner(signing_key("unit"))
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def pre(model_path):
 
 
 def conv(body):
-    return anthropic.conversation(anthropic.CountTokensRequest.model_validate({"model": "m", **body}), SIGNER)
+    return anthropic.conversation(anthropic.CountTokensRequest.model_validate({"model": "m", **body}), SIGNER, caller="caller")
 
 
 def test_mid_conversation_system_keeps_earlier_turns_rendered_the_same(pre):

@@ -13,6 +13,7 @@ from agentserve.config import ServeArgs, is_loopback
 from agentserve.ingress.middleware.auth import hash_key
 from agentserve.serve import app as app_module
 from agentserve.serve.app import build_app
+from tests.support.keys import signing_key
 
 SCRIPTED = {"engine": {"kind": "scripted", "rules": [{"reply": "ok"}]}}
 
@@ -85,17 +86,17 @@ def _text(args: list[Any]) -> str:
 
 def test_the_secret_key_and_the_dsn_reach_only_the_deployments_that_use_them(monkeypatch):
     _served_on(monkeypatch, "127.0.0.1")
-    monkeypatch.setenv("AGENTSERVE_SECRET_KEY", "signing-key-from-the-secret")
+    monkeypatch.setenv("AGENTSERVE_SECRET_KEY", signing_key("from the Secret"))
     monkeypatch.setenv("AGENTSERVE_POSTGRES_DSN", "postgresql://u:env-password@db/agentserve")
     dsn = "postgresql://u:config-password@db/agentserve"  # an operator who wrote it into the config
     app = build_app({**SCRIPTED, "state": {"backend": "postgres", "postgres_dsn": dsn},
-                     "previous_secret_keys": ["old-signing-key"]})  # fmt: skip
+                     "previous_secret_keys": [signing_key("old")]})  # fmt: skip
     bound = dict(_bound(app))
     assert set(bound) == {"Ingress", "Preprocessor", "Router", "Engine"}
     for name, args in bound.items():
         text = _text(args)
-        assert "signing-key-from-the-secret" not in text and "env-password" not in text, name  # read at start
-        assert ("old-signing-key" in text) == (name == "Ingress"), name
+        assert signing_key("from the Secret") not in text and "env-password" not in text, name  # read at start
+        assert (signing_key("old") in text) == (name == "Ingress"), name
         assert ("config-password" in text) == (name in ("Ingress", "Preprocessor")), name
 
 

@@ -357,3 +357,62 @@ def test_a_database_from_before_the_totals_gets_them_from_its_rows(opener):
     assert _scan(again)["totals"][KEPT] == (3, 30)
     again.put_kept_turns([("k3", b"z" * 10)], 1001.0, bounds)  # past the entry bound: evicts down to 90%
     assert _scan(again)["scanned"][KEPT][0] <= 3
+
+
+def test_drifted_totals_are_recounted_from_the_rows_and_the_bounds_hold_again(opener):
+    """Rows a writer did not account for (a replica of an earlier version during an upgrade, a hand edit) leave the
+    totals off; the recount sets them from the rows, says by how much, and the next write evicts to the bounds."""
+    from agentserve.state.sql import KEPT, RESPONSES, TOTALS
+
+    backend = opener()
+    bounds = StoreBounds(max_entries=3, max_bytes=1 << 20, ttl_s=60.0)
+    backend.put_response("r1", "a", b"x" * 40, 1000.0, StoreBounds(max_entries=10, max_bytes=1 << 20, ttl_s=60.0))
+    backend.put_kept_turns([("k0", b"z" * 10)], 1000.0, bounds)
+    with backend._tx() as tx:  # type: ignore[attr-defined]
+        for i in range(1, 5):  # four kept turns written without their totals: past the entry bound unnoticed
+            tx.execute(f"INSERT INTO {KEPT} (key, body, size, used, expires_at) VALUES (?, ?, ?, ?, ?)",
+                       (f"k{i}", b"z" * 10, 10, i, 2000.0))  # fmt: skip
+        tx.execute(f"UPDATE {TOTALS} SET entries = entries + 2, bytes = bytes - 5 WHERE store = ?", (RESPONSES,))
+    assert _scan(backend)["totals"] != _scan(backend)["scanned"]
+
+    assert backend.recount_totals() == {RESPONSES: (2, -5), KEPT: (-4, -40)}
+    seen = _scan(backend)
+    assert seen["totals"] == seen["scanned"] == {RESPONSES: (1, 40), KEPT: (5, 50)}
+    assert backend.recount_totals() == {}  # nothing left to correct
+    backend.put_kept_turns([("k5", b"z" * 10)], 1001.0, bounds)
+    assert _scan(backend)["scanned"][KEPT][0] <= bounds.max_entries
+
+
+def test_the_recount_runs_in_the_background_and_survives_a_failing_database(tmp_path):
+    """No request waits on it: the upkeep thread re-counts on its own, a failed recount is retried next interval,
+    and closing it closes its backend handle."""
+    import time
+
+    from agentserve.state.sql import KEPT, TOTALS
+    from agentserve.state.upkeep import TotalsRecount
+
+    backend = SQLiteBackend(tmp_path / "state.sqlite3")
+    backend.put_kept_turns([("k0", b"z" * 10)], 1000.0, StoreBounds(max_entries=10, max_bytes=1 << 20, ttl_s=60.0))
+    with backend._tx() as tx:
+        tx.execute(f"UPDATE {TOTALS} SET entries = 99 WHERE store = ?", (KEPT,))
+    calls = {"n": 0}
+    recount = backend.recount_totals
+
+    def flaky() -> dict[str, tuple[int, int]]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("database is locked")
+        return recount()
+
+    backend.recount_totals = flaky  # type: ignore[method-assign]
+    upkeep = TotalsRecount(backend, interval_s=0.02, first_after_s=0.0)
+    deadline = time.monotonic() + 5
+    while upkeep.runs < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    upkeep.close()
+    assert upkeep.failed == 1 and upkeep.runs >= 1
+    reopened = SQLiteBackend(tmp_path / "state.sqlite3")
+    assert _scan(reopened)["totals"][KEPT] == (1, 10)
+    reopened.close()
+    with pytest.raises(Exception):
+        backend.kept_turn_stats(1000.0)  # the upkeep's handle is closed with it

@@ -23,6 +23,7 @@ from agentserve.state.kept_turns import KeptTurnStore
 from agentserve.state.postgres import PostgresBackend
 from agentserve.state.sqlite import SQLiteBackend
 from tests.postgres_server import postgres_server
+from tests.support.keys import signing_key
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +191,7 @@ def test_the_ingress_stop_hands_queued_kept_turns_to_the_database(tokenizer, tmp
             return super().put_kept_turns(rows, now, bounds)
 
     kept = KeptTurnStore(Slow(path), StoreBounds(max_entries=100, max_bytes=10**7, ttl_s=3600))
-    args = ServeArgs(secret_key="k" * 64)
+    args = ServeArgs(secret_key=signing_key("unit"))
     engine = SimpleNamespace(options=lambda **_: engine)
     rpath = RequestPath(
         args, preprocessor=None, router=None, engines={ModelSpec().id: engine}, tokenizers={ModelSpec().id: tokenizer},

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vllm
-from agentserve.apis.anthropic.decode import decode as anthropic_decode
+from agentserve.apis.anthropic.decode import decode as anthropic_decode, sign_thinking
 from agentserve.apis.anthropic.schema import MessagesRequest
 from agentserve.apis.anthropic.signature import ThinkingSigner
 from agentserve.apis.responses.decode import decode as responses_decode
@@ -31,9 +31,12 @@ from agentserve.apis.responses.sealing import Sealer
 from agentserve.preprocess.placement import Placement, probe_placement
 from agentserve.protocol.errors import RequestError
 from agentserve.ingress.app import ROUTE_ENVELOPES
+from tests.support.keys import signing_key
 
 VL2 = Path(vllm.__file__).parent / "transformers_utils" / "chat_templates" / "template_deepseek_vl2.jinja"
-SIGNER = ThinkingSigner("test-secret")
+SIGNER = ThinkingSigner(signing_key("unit"))
+SEALER = Sealer(signing_key("unit"))
+CALLER = "caller"
 
 # (test template, reasoning parser, replay family) as the per-family prefix tests use them
 FAMILIES = [
@@ -84,13 +87,14 @@ def preprocessor(base_tokenizer):
 
 def claude_code(messages: list[dict], **extra) -> object:
     body = {"model": "m", "max_tokens": 4096, "system": [{"type": "text", "text": "You are Claude Code."}],
-            "messages": messages, **extra}  # fmt: skip
-    return anthropic_decode(MessagesRequest.model_validate(body), request_id="r", model="m", signer=SIGNER).conversation
+            "messages": sign_thinking(messages, SIGNER, caller=CALLER), **extra}  # fmt: skip
+    req = MessagesRequest.model_validate(body)
+    return anthropic_decode(req, request_id="r", model="m", signer=SIGNER, caller=CALLER).conversation
 
 
 def codex(items: list[dict]) -> object:
     req = ResponsesRequest.model_validate({"model": "m", "instructions": "You are Codex.", "input": items})
-    return responses_decode(req, request_id="r", model="m", sealer=Sealer("s")).request.conversation
+    return responses_decode(req, request_id="r", model="m", sealer=SEALER, caller=CALLER).request.conversation
 
 
 def text(pre, conversation, generation: bool = True) -> str:
@@ -130,7 +134,7 @@ def _loop(reminder_turns: int) -> list[dict]:
     messages: list[dict] = [{"role": "user", "content": "Fix the failing test in a.py."}]
     for i in range(reminder_turns):
         messages.append({"role": "assistant", "content": [
-            {"type": "thinking", "thinking": f"{REASONING} (step {i})", "signature": SIGNER.sign(f"{REASONING} (step {i})")},
+            {"type": "thinking", "thinking": f"{REASONING} (step {i})", "signature": ""},
             {"type": "tool_use", "id": f"toolu_{i}", "name": "Read", "input": {"path": "a.py"}},
         ]})  # fmt: skip
         messages.append({"role": "user", "content": [

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from agentserve.apis.anthropic.decode import decode as anthropic_decode
+from agentserve.apis.anthropic.decode import decode as anthropic_decode, sign_thinking
 from agentserve.apis.anthropic.schema import MessagesRequest
 from agentserve.apis.anthropic.signature import ThinkingSigner
 from agentserve.apis.chat_completions.decode import decode as chat_decode
 from agentserve.apis.chat_completions.schema import ChatCompletionRequest
-from agentserve.apis.responses.decode import decode as responses_decode
+from agentserve.apis.responses.decode import decode as responses_decode, seal_reasoning
 from agentserve.apis.responses.schema import ResponsesRequest
-from agentserve.apis.responses.sealing import SealedReasoning, Sealer
+from agentserve.apis.responses.sealing import Sealer
 from agentserve.parsers import (
     ReasoningDelta,
     StreamParser,
@@ -37,6 +37,8 @@ from agentserve.parsers import (
 from agentserve.preprocess.replay import POLICIES
 from agentserve.preprocess.template_caps import inspect_template
 from agentserve.protocol import Conversation, GenerationRequest, ReasoningBlock, TextBlock, ToolSpec, Turn
+
+from tests.support.keys import signing_key
 
 from .conftest import template_source
 
@@ -54,8 +56,9 @@ CALL1 = ("read", {"path": "a.py"})
 CALL2 = ("grep", {"pattern": "parse"})
 RESULTS = {"read": "def parse(s):\n    return s.split(',')", "grep": "a.py:1: def parse(s):\nb.py:3: parse(x)"}
 MODEL = "test-model"
-SIGNER = ThinkingSigner("test-secret")
-SEALER = Sealer("test-secret")
+SIGNER = ThinkingSigner(signing_key("unit"))
+SEALER = Sealer(signing_key("unit"))
+CALLER = "caller"
 
 
 def args(call: tuple[str, dict]) -> str:
@@ -245,7 +248,6 @@ class History:
             self.items = [{"role": "user", "content": USER}]
         else:
             self.items = [{"type": "message", "role": "user", "content": USER}]
-        self.responses = 0
 
     def assistant(self, segs: list[Segment]) -> None:
         if self.api == "chat":
@@ -262,20 +264,17 @@ class History:
             content = []
             for s in segs:
                 if s.kind == "reasoning":
-                    content.append({"type": "thinking", "thinking": s.text, "signature": SIGNER.sign(s.text)})
+                    content.append({"type": "thinking", "thinking": s.text, "signature": ""})  # signed as sent
                 elif s.kind == "text":
                     content.append({"type": "text", "text": s.text})
                 else:
                     content.append({"type": "tool_use", "id": s.id, "name": s.name, "input": json.loads(s.arguments)})
             self.items.append({"role": "assistant", "content": content})
         else:
-            self.responses += 1
-            rid = f"resp_{self.responses}"
             for i, s in enumerate(segs):
-                if s.kind == "reasoning":
-                    sealed = SEALER.seal(SealedReasoning(text=s.text, model=MODEL, response_id=rid, output_index=i))
+                if s.kind == "reasoning":  # sealed as sent
                     self.items.append({"type": "reasoning", "id": f"rs_{i}", "summary": [],
-                                       "encrypted_content": sealed})
+                                       "content": [{"type": "reasoning_text", "text": s.text}]})
                 elif s.kind == "text":
                     self.items.append({"type": "message", "role": "assistant",
                                        "content": [{"type": "output_text", "text": s.text}]})
@@ -301,19 +300,22 @@ class History:
             return chat_decode(req, request_id="r", model=MODEL)
         if self.api == "anthropic":
             body: dict[str, Any] = {
-                "model": MODEL, "max_tokens": 4096, "system": SYSTEM, "messages": self.items,
+                "model": MODEL, "max_tokens": 4096, "system": SYSTEM,
+                "messages": sign_thinking(self.items, SIGNER, caller=CALLER),
                 "tools": [{"name": t.name, "description": t.description, "input_schema": t.parameters}
                           for t in TOOLS]}
             if self.thinking is not None:
                 body["thinking"] = ({"type": "enabled", "budget_tokens": 2048} if self.thinking
                                     else {"type": "disabled"})
-            gen = anthropic_decode(MessagesRequest.model_validate(body), request_id="r", model=MODEL, signer=SIGNER)
+            gen = anthropic_decode(MessagesRequest.model_validate(body), request_id="r", model=MODEL, signer=SIGNER,
+                                   caller=CALLER)
             return gen.model_copy(update={"template_kwargs": dict(self.kwargs)}) if self.kwargs else gen
         req = ResponsesRequest.model_validate({
-            "model": MODEL, "instructions": SYSTEM, "input": self.items,
+            "model": MODEL, "instructions": SYSTEM,
+            "input": seal_reasoning(self.items, SEALER, caller=CALLER, model=MODEL),
             "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
                       for t in TOOLS]})
-        gen = responses_decode(req, request_id="r", model=MODEL, sealer=SEALER).request
+        gen = responses_decode(req, request_id="r", model=MODEL, sealer=SEALER, caller=CALLER).request
         return gen.model_copy(update={"template_kwargs": dict(self.kwargs)}) if self.kwargs else gen
 
 
