@@ -180,7 +180,7 @@ FAMILIES = [
     Family("nemotron_nano+qwen3_coder", "nemotron_nano", "qwen3_coder", r_qwen3_coder, think_forced, forced=True),
     Family("deepseek_r1+deepseek_v3", "deepseek_r1", "deepseek_v3", r_deepseek_v3, think_forced, forced=True),
     Family("deepseek_r1+deepseek_v31", "deepseek_r1", "deepseek_v31", r_deepseek_v31, think, forced=True),
-    Family("kimi+kimi_k2", "kimi", "kimi_k2", r_kimi, lambda r: f"◁think▷{r}◁/think▷"),
+    Family("kimi+kimi_k2", "kimi", "kimi_k2", r_kimi),
     Family("qwen3+kimi_k2", "qwen3", "kimi_k2", r_kimi),
     Family("glm45+glm47", "glm45", "glm47", r_glm47),
     Family("glm45+glm45", "glm45", "glm45", r_glm45),
