@@ -38,6 +38,7 @@ class JsonCallsBody(Body):
 
     def _reset_obj(self) -> None:
         self.name: str | None = None
+        self.name_err: str | None = None  # the name is not a tool name: reported when the object closes
         self.key_parts: list[str] = []
         self.key = ""
         self.vs: JsonValueScanner | None = None
@@ -78,16 +79,16 @@ class JsonCallsBody(Body):
             if self.sink.started and self.args_buf:
                 self.sink.args("".join(self.args_buf))
                 self.args_buf = []
-        elif self.key in NAME_KEYS and self.name is None:
+        elif self.key in NAME_KEYS and self.name is None and self.name_err is None:
             try:
                 name = json.loads("".join(self.val_parts))
             except ValueError:
-                return "tool name is not a JSON string"
-            if not isinstance(name, str):
-                return "tool name is not a string"
-            err = name_error(name)
-            if err:
-                return err
+                name = None
+            err = "tool name is not a string" if not isinstance(name, str) else name_error(name)
+            if err:  # the object is still well-formed JSON: skip it to its end, the next call may be fine
+                self.name_err = err
+                self.val_parts = []
+                return None
             self.name = name
             self.sink.start(name)
             if self.args_buf and self.args_done:
@@ -103,7 +104,7 @@ class JsonCallsBody(Body):
         """The object closed at `at` in the current text; more calls of the block may follow in the same text."""
         self.in_obj = False
         if self.name is None:
-            self.sink.error("tool call has no name", at)
+            self.sink.error(self.name_err or "tool call has no name", at)
         else:
             self.sink.end(at=at)
         self._reset_obj()
