@@ -67,9 +67,10 @@ class XmlBody(Body):
             _PREVAL: MarkerSet(((f.value_open,) if f.value_open else ()) + ends),
             _VALUE: MarkerSet((f.value_close, f.key_open) + ends),
             _POST: MarkerSet(tuple(m for m in (f.block_close, f.call_open) if m)),
-            _SKIP: MarkerSet((f.block_close,)),
+            _SKIP: MarkerSet(tuple(m for m in (f.call_close, f.block_close) if m)),
         }
         self._calls = 0
+        self._skipping = ""  # a broken call's error, reported at its end with all its text
         self._set(_PRE if f.call_open else _NAME)
 
     def _set(self, st: int) -> None:
@@ -87,8 +88,7 @@ class XmlBody(Body):
         name = _unquote("".join(self.buf))
         err = name_error(name)
         if err:
-            self.sink.error(err)
-            self._set(_SKIP)
+            self._skip(err)
             return False
         self.name = name
         self.nparams = 0
@@ -113,11 +113,22 @@ class XmlBody(Body):
         self.sink.end(validate=False)
 
     # -- Body interface --------------------------------------------------------------------------------------
+    def _skip(self, err: str) -> None:
+        """Ignore the broken call up to its end (the block's, where calls have no end of their own) and report it
+        there: its raw text is then the whole call whatever the chunking, and the block's next call still parses."""
+        self._skipping = err
+        self._set(_SKIP)
+
     def on_marker(self, m: str) -> int:
         f, st = self.f, self.st
         closes_call = m == f.call_close or (m == f.block_close and st != _POST)
         if st == _SKIP:
-            return DONE
+            self.sink.error(self._skipping)
+            self._calls += 1
+            if m == f.block_close:
+                return DONE
+            self._set(_POST)
+            return CONT
         if st == _PRE:
             if m == f.call_open:
                 self._set(_NAME)
@@ -132,7 +143,7 @@ class XmlBody(Body):
             return DONE
         if st == _NAME:
             if not self._begin():
-                return DONE if m == f.block_close else CONT
+                return self.on_marker(m) if m in (f.call_close, f.block_close) else CONT
             if m == f.key_open:
                 self._set(_KEY)
                 return CONT
@@ -175,14 +186,15 @@ class XmlBody(Body):
         return CONT
 
     def _broken(self, m: str, msg: str) -> int:
-        self.sink.error(msg)
-        if m == self.f.block_close:
-            return DONE
-        self._set(_SKIP)
-        return CONT
+        """The call ended (at `m`, a call or block end) in the middle of a parameter."""
+        self._skip(msg)
+        return self.on_marker(m)
 
     def finish(self) -> None:
-        if self.st == _POST or self.st == _SKIP:
+        if self.st == _SKIP:
+            self.sink.error(self._skipping)
+            return
+        if self.st == _POST:
             return
         if self.st == _PRE and self._calls:
             return
