@@ -49,7 +49,7 @@ def _xml_markers(f: XmlFormat) -> tuple[str, ...]:
 
 
 def _llama3(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
-    return JsonCallsBody(sink, None, ",;")
+    return JsonCallsBody(sink, None, ",;", bare=m == "{")
 
 
 def _pythonic(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
@@ -63,8 +63,11 @@ def _mistral(_m: str, sink: CallSink, _tools: ToolIndex) -> Body:
 TOOL_FORMATS: dict[str, BlockFormat] = {
     "hermes": _json_block("hermes", "<tool_call>", "</tool_call>"),
     "nemotron_deci": _json_block("nemotron_deci", "<TOOLCALL>", "</TOOLCALL>"),
-    "llama3_json": BlockFormat("llama3_json", ("<|python_tag|>",), _llama3, "{", ("<|python_tag|>",)),
-    "pythonic": BlockFormat("pythonic", (PY_START,), _pythonic, "[", (PY_START, PY_END)),
+    # Llama 3.x writes a JSON call as the whole message, or after a sentence; Llama 3.2 / 4 write pythonic lists
+    # the same way: either may start at a line start after answer text.
+    "llama3_json": BlockFormat("llama3_json", ("<|python_tag|>",), _llama3, "{", ("<|python_tag|>",),
+                               bare_after_prose=True),
+    "pythonic": BlockFormat("pythonic", (PY_START,), _pythonic, "[", (PY_START, PY_END), bare_after_prose=True),
     "mistral": BlockFormat("mistral", (TOOL_CALLS,), _mistral, markers=(TOOL_CALLS, ARGS, CALL_ID)),
     "deepseek_v3": _sep("deepseek_v3", DEEPSEEK_V3),
     "deepseek_v31": _sep("deepseek_v31", DEEPSEEK_V31),

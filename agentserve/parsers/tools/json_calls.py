@@ -25,8 +25,11 @@ _TOP, _KEY, _KEYSTR, _COLON, _VALUE, _AFTER_VALUE, _AFTER_OBJ, _SKIP = range(8)
 
 
 class JsonCallsBody(Body):
-    def __init__(self, sink: CallSink, end_marker: str | None, separators: str = ",") -> None:
+    def __init__(self, sink: CallSink, end_marker: str | None, separators: str = ",", bare: bool = False) -> None:
         self.sink = sink
+        # A bare block (no marker opened it) is a call only when its first object's first key is a name key: until
+        # then its text is kept, and handed back as answer text (`rejected`) on any mismatch.
+        self.probe: list[str] | None = [] if bare else None
         self.end = end_marker
         self.markers = MarkerSet((end_marker,)) if end_marker else EMPTY
         self.seps = separators
@@ -115,10 +118,19 @@ class JsonCallsBody(Body):
 
     # -- Body interface ---------------------------------------------------------------------------------------
     def on_text(self, t: str) -> int | None:
+        k = self._text(t)
+        if k is None and self.probe is not None:
+            self.probe.append(t)
+        return k
+
+    def _text(self, t: str) -> int | None:
         i, n = 0, len(t)
         while i < n:
             st = self.st
             if st == _SKIP:
+                if self.probe is not None:  # not a call after all: answer text
+                    self.rejected = "".join(self.probe) + t[:i]
+                    return i
                 if self.end is None:  # no closing marker: report now, the rest is text again
                     self.sink.error(self.failed or "malformed tool call", i)
                     return i
@@ -147,6 +159,11 @@ class JsonCallsBody(Body):
                     self._fail("malformed key")
                     continue
                 self.key_parts = []
+                if self.probe is not None:
+                    if self.key not in NAME_KEYS:
+                        self._fail("a bare object whose first key is not a name")
+                        continue
+                    self.probe = None  # `{"name":` at a line start: a call, however its name reads
                 self.st = _COLON
                 continue
             c = t[i]
@@ -179,6 +196,9 @@ class JsonCallsBody(Body):
                     self.vs = JsonValueScanner()
                     self.st = _KEYSTR
                     continue  # the scanner consumes the quote
+                if c == "}" and self.probe is not None:
+                    self._fail("an empty bare object")
+                    continue
                 if c == "}":
                     self._obj_done(i + 1)
                     self.st = _AFTER_OBJ
@@ -221,6 +241,9 @@ class JsonCallsBody(Body):
         return DONE
 
     def finish(self) -> None:
+        if self.probe is not None:
+            self.rejected = "".join(self.probe)
+            return
         if self.st == _SKIP:
             self.sink.error(self.failed or "malformed tool call")
         elif self.in_obj or not self.seen_obj:
