@@ -203,3 +203,8 @@ def test_feed_after_finish_is_ignored():
     p.feed("a")
     p.finish()
     assert p.feed("b") == [] and p.finish() == []
+
+
+def test_mistral_json_form_reads_other_markers_as_text_however_split():
+    text = '[TOOL_CALLS]{"name": "f", "arguments": {"s": "[ARGS] [CALL_ID]"}}[ARGS]'
+    assert views({"tool_calls": "mistral"}, text) == [("call", 0, "f", {"s": "[ARGS] [CALL_ID]"}), ("T", "[ARGS]")]
