@@ -11,7 +11,7 @@ from .tools.json_calls import JsonCallsBody
 from .tools.mistral import ARGS, CALL_ID, TOOL_CALLS, MistralBody
 from .tools.pythonic import PY_END, PY_START, PythonicBody
 from .tools.sep_calls import DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, SepBody, SepFormat
-from .tools.xml_calls import GLM47, MINIMAX_M2, QWEN3_CODER, XmlBody, XmlFormat
+from .tools.xml_calls import DEEPSEEK_V32, GLM47, MINIMAX_M2, QWEN3_CODER, SEED_OSS, XmlBody, XmlFormat
 
 __all__ = ["TOOL_FORMATS", "HARMONY", "GPT_OSS", "parser_markers", "reasoning_parsers", "tool_call_parsers"]
 
@@ -77,6 +77,8 @@ TOOL_FORMATS: dict[str, BlockFormat] = {
     "minimax_m2": _xml("minimax_m2", "<minimax:tool_call>", MINIMAX_M2),
     "glm47": _xml("glm47", "<tool_call>", GLM47),
     "glm45": _xml("glm45", "<tool_call>", GLM47),
+    "seed_oss": _xml("seed_oss", "<seed:tool_call>", SEED_OSS),
+    "deepseek_v32": _xml("deepseek_v32", "<｜DSML｜function_calls>", DEEPSEEK_V32),
 }
 
 
