@@ -37,6 +37,7 @@ _THINK = ("<think>", "</think>")
 REASONING_FORMATS: dict[str, ReasoningFormat] = {
     "qwen3": ReasoningFormat(*_THINK, implicit_end=(("<tool_call>", "<function"),)),
     "glm45": ReasoningFormat(*_THINK),
+    "glm47": ReasoningFormat(*_THINK),  # GLM-4.7's prompt opens <think> itself: reasoning_started says so
     "nemotron_deci": ReasoningFormat(*_THINK),
     "deepseek_r1": ReasoningFormat(*_THINK, forced=True),
     "nemotron3": ReasoningFormat(*_THINK, forced=True),

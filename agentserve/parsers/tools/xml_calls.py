@@ -4,8 +4,9 @@
     minimax_m2:  <minimax:tool_call><invoke name="NAME"><parameter name="K">V</parameter></invoke></minimax:tool_call>
     glm47/glm45: <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>
     seed_oss:    <seed:tool_call><function=NAME><parameter=K>V</parameter></function></seed:tool_call>
-    deepseek_v32 (DSML): <｜DSML｜function_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true">V
-                 </｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>   (string="false": V is JSON)
+    deepseek_v32: <｜DSML｜function_calls><｜DSML｜invoke name="NAME">
+                  <｜DSML｜parameter name="K" string="true">V</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>
+                  (DSML; string="false": V is JSON)
 
 The arguments JSON is built here: `{"K": v` when the first parameter completes, `, "K2": v2` for each next one and
 `}` at the end, so the fragments always concatenate to the final `arguments`.

@@ -145,8 +145,8 @@ def r_deepseek_v32(calls):
         kind = "true" if isinstance(v, str) else "false"
         return f'<｜DSML｜parameter name="{k}" string="{kind}">{_xval(v)}</｜DSML｜parameter>\n'
 
-    inv = "".join(f'<｜DSML｜invoke name="{n}">\n' + "".join(param(k, v) for k, v in a.items()) + "</｜DSML｜invoke>\n"
-                  for n, a in calls)
+    inv = "".join(f'<｜DSML｜invoke name="{n}">\n' + "".join(param(k, v) for k, v in a.items())
+                  + "</｜DSML｜invoke>\n" for n, a in calls)
     return f"\n\n<｜DSML｜function_calls>\n{inv}</｜DSML｜function_calls>"
 
 
@@ -200,6 +200,8 @@ FAMILIES = [
     Family("qwen3+kimi_k2", "qwen3", "kimi_k2", r_kimi),
     Family("glm45+glm47", "glm45", "glm47", r_glm47),
     Family("glm45+glm45", "glm45", "glm45", r_glm45),
+    Family("glm47+glm47(prompt opened <think>)", "glm47", "glm47", r_glm47, think_forced,
+           extra={"reasoning_started": True}, forced=True),
     Family("minimax_append_think+minimax_m2", "minimax_append_think", "minimax_m2", r_minimax, think_forced,
            forced=True),
     Family("mistral+mistral", "mistral", "mistral", r_mistral, lambda r: f"[THINK]{r}[/THINK]"),
