@@ -125,13 +125,13 @@ class XmlBody(Body):
         self.sink.args("}" if self.nparams else "{}")
         self.sink.end(validate=False)
 
-    # -- Body interface --------------------------------------------------------------------------------------
     def _skip(self, err: str) -> None:
         """Ignore the broken call up to its end (the block's, where calls have no end of their own) and report it
         there: its raw text is then the whole call whatever the chunking, and the block's next call still parses."""
         self._skipping = err
         self._set(_SKIP)
 
+    # -- Body interface --------------------------------------------------------------------------------------
     def on_marker(self, m: str) -> int:
         f, st = self.f, self.st
         closes_call = m == f.call_close or (m == f.block_close and st != _POST)

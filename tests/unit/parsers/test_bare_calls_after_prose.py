@@ -4,9 +4,13 @@ shown in a code fence, and JSON that is not a call stay answer text."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from agentserve.parsers.formats import TOOL_FORMATS
 
 from .fixtures import CALL_A, CALL_B, TOOLS, r_llama3_bare, r_pythonic
 from .helpers import run, split, summary
@@ -89,3 +93,10 @@ def test_only_line_start_calls_outside_fences_are_calls(fmt, items, data):
             assert v.strip() in answer
         elif kind == "fenced":
             assert RENDER[fmt]([v]) in answer
+
+
+def test_the_flag_is_what_allows_calls_after_prose(monkeypatch):
+    monkeypatch.setitem(TOOL_FORMATS, "pythonic", replace(TOOL_FORMATS["pythonic"], bare_after_prose=False))
+    call = r_pythonic([CALL_A])
+    assert views("pythonic", "Sure.\n" + call) == [("T", "Sure.\n" + call)]
+    assert views("pythonic", "  " + call) == [("call", 0, *CALL_A)]
