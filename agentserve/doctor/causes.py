@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Callable, Literal, Sequence
 
+from agentserve.preprocess.replay import POLICIES
+
 Cause = Literal[
     "billing_header",
     "date_line",
@@ -44,9 +46,11 @@ _DATE = re.compile(
     r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2},? \d{4}|"
     r"\d{1,2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{4})\b"
 )
-_THINK_OPENERS = ("<think>", "◁think▷", "[THINK]", "<|channel|>analysis")
-_SPAN_OPEN = re.compile(r"<think>|◁think▷|\[THINK\]")
-_SPAN_CLOSE = re.compile(r"</think>|◁/think▷|\[/THINK\]")
+# How reasoning reads in a prompt, one pair per replay family: a family added there is diagnosed here too.
+_THINK_PAIRS = sorted({(p.think_open.strip(), p.think_close.strip()) for p in POLICIES.values()})
+_THINK_OPENERS = tuple(o for o, _ in _THINK_PAIRS)
+_SPAN_OPEN = re.compile("|".join(re.escape(o) for o, _ in _THINK_PAIRS))
+_SPAN_CLOSE = {o: re.compile(re.escape(c)) for o, c in _THINK_PAIRS}
 
 # Characters read past the start of the divergent line, and reasoning spans compared, at most.
 WINDOW_CHARS = 64 * 1024
@@ -237,15 +241,15 @@ def _tails(head: str, exp_text: str, act_text: str) -> tuple[str, str]:
 
 
 def _reasoning_spans(text: str, limit: int = MAX_SPANS) -> list[str]:
-    """The first `limit` closed reasoning spans, in one left-to-right pass (an opener with no closer after it ends
-    the search: no later opener has one either)."""
+    """The first `limit` closed reasoning spans, each closed by its own family's closer, in one left-to-right pass
+    (an opener with no closer after it ends the search: in one family's prompt no later opener has one either)."""
     spans: list[str] = []
     pos = 0
     while len(spans) < limit:
         opened = _SPAN_OPEN.search(text, pos)
         if opened is None:
             break
-        closed = _SPAN_CLOSE.search(text, opened.end())
+        closed = _SPAN_CLOSE[opened.group()].search(text, opened.end())
         if closed is None:
             break
         spans.append(text[opened.end() : closed.start()].strip())

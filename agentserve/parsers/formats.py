@@ -11,7 +11,7 @@ from .tools.json_calls import JsonCallsBody
 from .tools.mistral import ARGS, CALL_ID, TOOL_CALLS, MistralBody
 from .tools.pythonic import PY_END, PY_START, PythonicBody
 from .tools.sep_calls import DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, SepBody, SepFormat
-from .tools.xml_calls import GLM47, MINIMAX_M2, QWEN3_CODER, XmlBody, XmlFormat
+from .tools.xml_calls import DEEPSEEK_V32, GLM47, MINIMAX_M2, QWEN3_CODER, SEED_OSS, XmlBody, XmlFormat
 
 __all__ = ["TOOL_FORMATS", "HARMONY", "GPT_OSS", "parser_markers", "reasoning_parsers", "tool_call_parsers"]
 
@@ -49,7 +49,7 @@ def _xml_markers(f: XmlFormat) -> tuple[str, ...]:
 
 
 def _llama3(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
-    return JsonCallsBody(sink, None, ",;")
+    return JsonCallsBody(sink, None, ",;", bare=m == "{")
 
 
 def _pythonic(m: str, sink: CallSink, _tools: ToolIndex) -> Body:
@@ -63,8 +63,11 @@ def _mistral(_m: str, sink: CallSink, _tools: ToolIndex) -> Body:
 TOOL_FORMATS: dict[str, BlockFormat] = {
     "hermes": _json_block("hermes", "<tool_call>", "</tool_call>"),
     "nemotron_deci": _json_block("nemotron_deci", "<TOOLCALL>", "</TOOLCALL>"),
-    "llama3_json": BlockFormat("llama3_json", ("<|python_tag|>",), _llama3, "{", ("<|python_tag|>",)),
-    "pythonic": BlockFormat("pythonic", (PY_START,), _pythonic, "[", (PY_START, PY_END)),
+    # Llama 3.x writes a JSON call as the whole message, or after a sentence; Llama 3.2 / 4 write pythonic lists
+    # the same way: either may start at a line start after answer text.
+    "llama3_json": BlockFormat("llama3_json", ("<|python_tag|>",), _llama3, "{", ("<|python_tag|>",),
+                               bare_after_prose=True),
+    "pythonic": BlockFormat("pythonic", (PY_START,), _pythonic, "[", (PY_START, PY_END), bare_after_prose=True),
     "mistral": BlockFormat("mistral", (TOOL_CALLS,), _mistral, markers=(TOOL_CALLS, ARGS, CALL_ID)),
     "deepseek_v3": _sep("deepseek_v3", DEEPSEEK_V3),
     "deepseek_v31": _sep("deepseek_v31", DEEPSEEK_V31),
@@ -74,6 +77,8 @@ TOOL_FORMATS: dict[str, BlockFormat] = {
     "minimax_m2": _xml("minimax_m2", "<minimax:tool_call>", MINIMAX_M2),
     "glm47": _xml("glm47", "<tool_call>", GLM47),
     "glm45": _xml("glm45", "<tool_call>", GLM47),
+    "seed_oss": _xml("seed_oss", "<seed:tool_call>", SEED_OSS),
+    "deepseek_v32": _xml("deepseek_v32", "<｜DSML｜function_calls>", DEEPSEEK_V32),
 }
 
 

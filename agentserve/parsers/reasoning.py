@@ -37,12 +37,15 @@ _THINK = ("<think>", "</think>")
 REASONING_FORMATS: dict[str, ReasoningFormat] = {
     "qwen3": ReasoningFormat(*_THINK, implicit_end=(("<tool_call>", "<function"),)),
     "glm45": ReasoningFormat(*_THINK),
+    "glm47": ReasoningFormat(*_THINK),  # GLM-4.7's prompt opens <think> itself: reasoning_started says so
     "nemotron_deci": ReasoningFormat(*_THINK),
     "deepseek_r1": ReasoningFormat(*_THINK, forced=True),
     "nemotron3": ReasoningFormat(*_THINK, forced=True),
     "nemotron_nano": ReasoningFormat(*_THINK, forced=True),
     "minimax_append_think": ReasoningFormat(*_THINK, forced=True),
-    "kimi": ReasoningFormat("◁think▷", "◁/think▷", implicit_end=(("<|tool_calls_section_begin|>", ""),)),
+    # Kimi-K2-Thinking / K2.5 write <think> (tokens of their tokenizer). ◁think▷ is Kimi-VL-Thinking's: a vision
+    # model without tool calls, not served here.
+    "kimi": ReasoningFormat(*_THINK, implicit_end=(("<|tool_calls_section_begin|>", ""),)),
     "mistral": ReasoningFormat("[THINK]", "[/THINK]"),
 }
 # "gpt_oss" is handled by harmony.HarmonyStage (channels decide reasoning and tool calls together).

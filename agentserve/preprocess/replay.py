@@ -90,6 +90,7 @@ _BY_PARSER = {
     "nemotron_nano": "nemotron",
     "kimi": "kimi",
     "glm45": "glm",
+    "glm47": "glm",
     "gpt_oss": "gpt_oss",
     "minimax_append_think": "minimax",
     "mistral": "mistral",

@@ -1,8 +1,9 @@
 """The generic tool-call stage: answer text outside blocks, a format-specific `Body` inside each block.
 
-A format is data: the markers that open a block (and optionally a character that opens a block when it is the
-first thing the model writes, for llama3_json and pythonic), all the markers it consumes, and a factory for the body
-that parses one block.
+A format is data: the markers that open a block (and optionally a character that opens a bare block, for
+llama3_json and pythonic: when it is the first thing the model writes, or with `bare_after_prose` at any line start
+outside code fences), all the markers it consumes, and a factory for the body that parses one block. A bare block
+that turns out not to be a call (the body sets `rejected`) is answer text.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..scanner import EMPTY, MarkerScanner, MarkerSet
 from ..schema import ToolIndex
 from ..sink import CallSink
 from ..text import TextOut
+from .prose import LineStarts
 
 __all__ = ["Body", "BlockFormat", "BlockStage", "CONT", "DONE", "DONE_UNREAD"]
 
@@ -49,6 +51,7 @@ class BlockFormat:
     # Every marker the format consumes (open markers included): where the tokenizer has one as a special token, the
     # decode path keeps it for the parser instead of skipping it.
     markers: tuple[str, ...] = ()
+    bare_after_prose: bool = False  # a bare call may also follow answer text, at a line start outside code fences
 
 
 class BlockStage:
@@ -61,7 +64,8 @@ class BlockStage:
         self.tools = tools
         self.scanner = MarkerScanner()
         self._open = MarkerSet(fmt.open_markers)
-        self._probe = bool(fmt.bare_start)
+        self._probe = bool(fmt.bare_start)  # a bare block may still open
+        self._lines = LineStarts(fmt.bare_start) if fmt.bare_after_prose else None
         self.body: Body | None = None
 
     @property
@@ -70,31 +74,47 @@ class BlockStage:
 
     def _open_body(self, marker: str) -> None:
         self.text.boundary()
-        self._probe = False
+        self._probe = self._lines is not None
         self.body = self.fmt.make_body(marker, self.sink, self.tools)
         if marker != self.fmt.bare_start:
             self.sink.raw.append(marker)
 
     def _close_body(self) -> None:
         self.body = None
+        if self._lines is not None:
+            self._lines.resume("".join(self.sink.raw))
         self.sink.forget_raw()
         self.text.boundary()
 
+    def _reject(self, text: str) -> None:
+        """The bare block was answer text after all."""
+        self._probe = self._lines is not None
+        if self._lines is not None:
+            self._lines.skip(text)
+        self.text.emit(text)
+
+    def _bare_at(self, t: str) -> int:
+        """Where in this answer text a bare block opens, or -1."""
+        if self._lines is not None:
+            return self._lines.find(t)
+        k = len(t) - len(t.lstrip(WS))
+        if k == len(t):
+            return -1
+        if t[k] == self.fmt.bare_start and not self.text.emitted:
+            return k
+        self._probe = False  # only the first thing the model writes may be a bare call
+        return -1
+
     def _outer_text(self, t: str, m: str | None) -> bool:
         """Handle answer text; True when a bare block opened (the text was pushed back)."""
-        if self._probe:
-            k = len(t) - len(t.lstrip(WS))
-            if k == len(t):
-                self.text.emit(t)
-                return False
-            if t[k] == self.fmt.bare_start and not self.text.emitted:
-                self.text.emit(t[:k])
-                self.scanner.unread(t[k:] + (m or ""))
-                self._open_body(self.fmt.bare_start)
-                return True
-            self._probe = False
-        self.text.emit(t)
-        return False
+        k = self._bare_at(t) if self._probe else -1
+        if k < 0:
+            self.text.emit(t)
+            return False
+        self.text.emit(t[:k])
+        self.scanner.unread(t[k:] + (m or ""))
+        self._open_body(self.fmt.bare_start)
+        return True
 
     def feed(self, data: str, final: bool = False) -> None:
         sc = self.scanner
@@ -123,10 +143,9 @@ class BlockStage:
                     rest = t[k:]
                     self.sink.unread(len(rest))
                     if body.rejected is not None:
-                        self._probe = False
-                        self.text.emit(body.rejected)
                         self.body = None
                         self.sink.forget_raw()
+                        self._reject(body.rejected)
                     else:
                         self._close_body()
                     sc.unread(rest + (m or ""))
@@ -145,5 +164,5 @@ class BlockStage:
                 body, self.body = self.body, None
                 body.finish()
                 if body.rejected is not None:
-                    self.text.emit(body.rejected)
+                    self._reject(body.rejected)
             self.sink.forget_raw()

@@ -25,8 +25,11 @@ _TOP, _KEY, _KEYSTR, _COLON, _VALUE, _AFTER_VALUE, _AFTER_OBJ, _SKIP = range(8)
 
 
 class JsonCallsBody(Body):
-    def __init__(self, sink: CallSink, end_marker: str | None, separators: str = ",") -> None:
+    def __init__(self, sink: CallSink, end_marker: str | None, separators: str = ",", bare: bool = False) -> None:
         self.sink = sink
+        # A bare block (no marker opened it) is a call only when its first object's first key is a name key: until
+        # then its text is kept, and handed back as answer text (`rejected`) on any mismatch.
+        self.probe: list[str] | None = [] if bare else None
         self.end = end_marker
         self.markers = MarkerSet((end_marker,)) if end_marker else EMPTY
         self.seps = separators
@@ -38,6 +41,7 @@ class JsonCallsBody(Body):
 
     def _reset_obj(self) -> None:
         self.name: str | None = None
+        self.name_err: str | None = None  # the name is not a tool name: reported when the object closes
         self.key_parts: list[str] = []
         self.key = ""
         self.vs: JsonValueScanner | None = None
@@ -78,16 +82,16 @@ class JsonCallsBody(Body):
             if self.sink.started and self.args_buf:
                 self.sink.args("".join(self.args_buf))
                 self.args_buf = []
-        elif self.key in NAME_KEYS and self.name is None:
+        elif self.key in NAME_KEYS and self.name is None and self.name_err is None:
             try:
                 name = json.loads("".join(self.val_parts))
             except ValueError:
-                return "tool name is not a JSON string"
-            if not isinstance(name, str):
-                return "tool name is not a string"
-            err = name_error(name)
-            if err:
-                return err
+                name = None
+            err = "tool name is not a string" if not isinstance(name, str) else name_error(name)
+            if err:  # the object is still well-formed JSON: skip it to its end, the next call may be fine
+                self.name_err = err
+                self.val_parts = []
+                return None
             self.name = name
             self.sink.start(name)
             if self.args_buf and self.args_done:
@@ -103,7 +107,7 @@ class JsonCallsBody(Body):
         """The object closed at `at` in the current text; more calls of the block may follow in the same text."""
         self.in_obj = False
         if self.name is None:
-            self.sink.error("tool call has no name", at)
+            self.sink.error(self.name_err or "tool call has no name", at)
         else:
             self.sink.end(at=at)
         self._reset_obj()
@@ -114,10 +118,19 @@ class JsonCallsBody(Body):
 
     # -- Body interface ---------------------------------------------------------------------------------------
     def on_text(self, t: str) -> int | None:
+        k = self._text(t)
+        if k is None and self.probe is not None:
+            self.probe.append(t)
+        return k
+
+    def _text(self, t: str) -> int | None:
         i, n = 0, len(t)
         while i < n:
             st = self.st
             if st == _SKIP:
+                if self.probe is not None:  # not a call after all: answer text
+                    self.rejected = "".join(self.probe) + t[:i]
+                    return i
                 if self.end is None:  # no closing marker: report now, the rest is text again
                     self.sink.error(self.failed or "malformed tool call", i)
                     return i
@@ -146,6 +159,11 @@ class JsonCallsBody(Body):
                     self._fail("malformed key")
                     continue
                 self.key_parts = []
+                if self.probe is not None:
+                    if self.key not in NAME_KEYS:
+                        self._fail("a bare object whose first key is not a name")
+                        continue
+                    self.probe = None  # `{"name":` at a line start: a call, however its name reads
                 self.st = _COLON
                 continue
             c = t[i]
@@ -178,6 +196,9 @@ class JsonCallsBody(Body):
                     self.vs = JsonValueScanner()
                     self.st = _KEYSTR
                     continue  # the scanner consumes the quote
+                if c == "}" and self.probe is not None:
+                    self._fail("an empty bare object")
+                    continue
                 if c == "}":
                     self._obj_done(i + 1)
                     self.st = _AFTER_OBJ
@@ -220,6 +241,9 @@ class JsonCallsBody(Body):
         return DONE
 
     def finish(self) -> None:
+        if self.probe is not None:
+            self.rejected = "".join(self.probe)
+            return
         if self.st == _SKIP:
             self.sink.error(self.failed or "malformed tool call")
         elif self.in_obj or not self.seen_obj:

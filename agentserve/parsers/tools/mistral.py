@@ -95,6 +95,12 @@ class MistralBody(Body):
         st = self.st
         if st == _SKIP and m != TOOL_CALLS:
             return CONT
+        if st == _JSON and m != TOOL_CALLS:
+            # Found by the scan that ran before the body turned out to be JSON: in JSON it is only text (inside a
+            # string, or answer text after the calls), as it is when the stream is split before it.
+            self.sink.raw.pop()
+            self.sink.take(m)
+            return CONT if self._json_text(m) is None else DONE_UNREAD
         if m == TOOL_CALLS:
             # the next call starts: whatever is open here is broken (or the call was empty)
             self.sink.unread(len(m))  # the marker is the next call's text

@@ -21,7 +21,8 @@ __all__ = ["PythonicBody", "PY_START", "PY_END"]
 PY_START = "<|python_start|>"
 PY_END = "<|python_end|>"
 
-_LIST, _CALL, _NAME, _KEY, _VAL, _AFTER, _DONE, _BAD = range(8)
+_LIST, _CALL, _NAME, _KEY, _VAL, _AFTER, _DONE, _BAD, _SKIP = range(9)
+_RESUME = -3  # from a state change inside `_text`: go on at `resume_at`
 _IDENT = re.compile(r"[A-Za-z0-9_.\-]")
 _VAL_STOP = re.compile(r"""[\\'"()\[\]{},]""")
 _END_SET = MarkerSet((PY_END,))
@@ -42,12 +43,24 @@ class PythonicBody(Body):
         self.esc = False
         self.failed = ""
         self.gap = False  # whitespace after the name or keyword being read
+        self.resume_at = 0
 
     def _not_a_call(self, i: int, t: str) -> int | None:
         if self.probe is not None:  # nothing committed: this was answer text
             self.rejected = "".join(self.probe) + t[:i]
             return i
-        return self._bad("malformed pythonic tool call")
+        if self.st == _LIST:
+            return self._bad("malformed pythonic tool call")
+        return self._skip(i, "pythonic tool call with an invalid name" if self.st in (_CALL, _NAME) else
+                          "pythonic tool call with a positional or malformed argument")
+
+    def _skip(self, i: int, msg: str) -> int:
+        """Ignore one broken call up to the `,` or `]` that ends it and report it there, so that the calls after it in
+        the list still parse. Returns _RESUME: `on_text` goes on at `i` in the new state."""
+        self.failed = msg
+        self.depth, self.quote, self.esc = (1 if self.st == _KEY else 0), "", False
+        self.st, self.resume_at = _SKIP, i
+        return _RESUME
 
     def _bad(self, msg: str) -> None:
         """Ignore the rest of the block (up to <|python_end|> or end of stream) and report the broken call there, with
@@ -74,13 +87,30 @@ class PythonicBody(Body):
         self.st = _AFTER
 
     def on_text(self, t: str) -> int | None:
-        i, n = 0, len(t)
+        i = 0
+        while (k := self._text(t, i)) == _RESUME:
+            i = self.resume_at
+        return k
+
+    def _text(self, t: str, i: int) -> int | None:
+        n = len(t)
         while i < n:
             st = self.st
             if st == _BAD or st == _DONE:
                 return i if (st == _DONE and not self.wrapped) else None
+            if st == _SKIP:
+                j = self._scan(t, i, ",]")
+                if j == -1:
+                    return None
+                if j == -2:
+                    return self._bad(self.failed)
+                self.tok = []
+                self.sink.error(self.failed, at=j)
+                self.st = _CALL if t[j] == "," else _DONE
+                i = j + 1
+                continue
             if st == _VAL:
-                i = self._scan_value(t, i)
+                i = self._scan(t, i, ",)")
                 if i == -1:
                     return None
                 if i == -2:
@@ -134,7 +164,7 @@ class PythonicBody(Body):
                     self.key = "".join(self.tok)
                     self.st, self.tok, self.depth, self.quote, self.esc = _VAL, [], 0, "", False
                 else:
-                    return self._bad("pythonic tool call with a positional or malformed argument")
+                    return self._not_a_call(i, t)
             elif st == _AFTER:
                 if c == ",":
                     self.st = _CALL
@@ -147,8 +177,9 @@ class PythonicBody(Body):
             self.probe.append(t)
         return None
 
-    def _scan_value(self, t: str, i: int) -> int:
-        """Collect a keyword value; return the index of the ',' or ')' that ends it, -1 if it goes on, -2 if bad."""
+    def _scan(self, t: str, i: int, ends: str) -> int:
+        """Collect Python literal text (a keyword value, or a broken call being skipped) up to the first character of
+        `ends` outside quotes and brackets; return its index, -1 if the text goes on, -2 at an unbalanced bracket."""
         n = len(t)
         begin = i
         while i < n:
@@ -170,29 +201,28 @@ class PythonicBody(Body):
                 self.quote = c
             elif c in "([{":
                 self.depth += 1
-            elif c in ")]}":
-                if self.depth == 0:
-                    self.tok.append(t[begin:i])
-                    return i if c == ")" else -2
-                self.depth -= 1
-            elif c == "," and self.depth == 0:
+            elif self.depth == 0 and c in ends:
                 self.tok.append(t[begin:i])
                 return i
+            elif c in ")]}":
+                if self.depth == 0:
+                    return -2
+                self.depth -= 1
             i += 1
         self.tok.append(t[begin:])
         return -1
 
     def on_marker(self, marker: str) -> int:
-        if self.st == _BAD:
+        if self.st == _BAD or self.st == _SKIP:
             self.sink.error(self.failed)
         elif self.st not in (_DONE, _AFTER):
             self.sink.error("pythonic tool call closed before it ended")
         return DONE
 
     def finish(self) -> None:
-        if self.st == _BAD:
+        if self.st == _BAD or self.st == _SKIP:
             self.sink.error(self.failed)
-        if self.st in (_BAD, _DONE, _AFTER):
+        if self.st in (_BAD, _SKIP, _DONE, _AFTER):
             return
         if self.probe is not None and self.st != _NAME:
             self.rejected = "".join(self.probe)  # a lone "[" at the end: answer text

@@ -136,6 +136,20 @@ def r_glm45(calls):
     )
 
 
+def r_seed_oss(calls):
+    return r_qwen3_coder(calls).replace("<tool_call>", "<seed:tool_call>").replace("</tool_call>", "</seed:tool_call>")
+
+
+def r_deepseek_v32(calls):
+    def param(k, v):
+        kind = "true" if isinstance(v, str) else "false"
+        return f'<｜DSML｜parameter name="{k}" string="{kind}">{_xval(v)}</｜DSML｜parameter>\n'
+
+    inv = "".join(f'<｜DSML｜invoke name="{n}">\n' + "".join(param(k, v) for k, v in a.items())
+                  + "</｜DSML｜invoke>\n" for n, a in calls)
+    return f"\n\n<｜DSML｜function_calls>\n{inv}</｜DSML｜function_calls>"
+
+
 def r_harmony(calls):
     return "".join(
         f"<|start|>assistant<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>{_j(a)}<|call|>"
@@ -180,10 +194,14 @@ FAMILIES = [
     Family("nemotron_nano+qwen3_coder", "nemotron_nano", "qwen3_coder", r_qwen3_coder, think_forced, forced=True),
     Family("deepseek_r1+deepseek_v3", "deepseek_r1", "deepseek_v3", r_deepseek_v3, think_forced, forced=True),
     Family("deepseek_r1+deepseek_v31", "deepseek_r1", "deepseek_v31", r_deepseek_v31, think, forced=True),
-    Family("kimi+kimi_k2", "kimi", "kimi_k2", r_kimi, lambda r: f"◁think▷{r}◁/think▷"),
+    Family("deepseek_r1+deepseek_v32", "deepseek_r1", "deepseek_v32", r_deepseek_v32, think_forced, forced=True),
+    Family("none+seed_oss", None, "seed_oss", r_seed_oss, None),
+    Family("kimi+kimi_k2", "kimi", "kimi_k2", r_kimi),
     Family("qwen3+kimi_k2", "qwen3", "kimi_k2", r_kimi),
     Family("glm45+glm47", "glm45", "glm47", r_glm47),
     Family("glm45+glm45", "glm45", "glm45", r_glm45),
+    Family("glm47+glm47(prompt opened <think>)", "glm47", "glm47", r_glm47, think_forced,
+           extra={"reasoning_started": True}, forced=True),
     Family("minimax_append_think+minimax_m2", "minimax_append_think", "minimax_m2", r_minimax, think_forced,
            forced=True),
     Family("mistral+mistral", "mistral", "mistral", r_mistral, lambda r: f"[THINK]{r}[/THINK]"),

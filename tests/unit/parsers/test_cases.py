@@ -156,7 +156,7 @@ def test_mistral_pre_v11_array_and_call_id_forms():
     ]
 
 
-def test_llama3_json_bare_object_only_at_start():
+def test_llama3_json_bare_object_only_at_a_line_start():
     assert views({"tool_calls": "llama3_json"}, 'See {"name": "f"} here') == [("T", 'See {"name": "f"} here')]
     assert views({"tool_calls": "llama3_json"}, '  {"name": "f", "arguments": {"a": 1}}') == [
         ("call", 0, "f", {"a": 1})
@@ -203,3 +203,8 @@ def test_feed_after_finish_is_ignored():
     p.feed("a")
     p.finish()
     assert p.feed("b") == [] and p.finish() == []
+
+
+def test_mistral_json_form_reads_other_markers_as_text_however_split():
+    text = '[TOOL_CALLS]{"name": "f", "arguments": {"s": "[ARGS] [CALL_ID]"}}[ARGS]'
+    assert views({"tool_calls": "mistral"}, text) == [("call", 0, "f", {"s": "[ARGS] [CALL_ID]"}), ("T", "[ARGS]")]

@@ -19,7 +19,9 @@ MARKERS = [
     "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
     "<|tool_calls_section_end|>", "<function=", "</function>", "<parameter=", "</parameter>", ">",
     "<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="', '<parameter name="', "</invoke>",
-    "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<seed:tool_call>", "</seed:tool_call>",
+    "<｜DSML｜function_calls>", "</｜DSML｜function_calls>", '<｜DSML｜invoke name="', "</｜DSML｜invoke>",
+    '<｜DSML｜parameter name="', '" string="true">', '" string="false">', "</｜DSML｜parameter>", "\n```",
     "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>",
     "analysis", "final", "commentary", " to=functions.f ", "json",
 ]

@@ -29,7 +29,7 @@ def test_qwen3_tool_call_ends_unclosed_reasoning(lead, started):
 
 def test_kimi_tool_section_ends_unclosed_reasoning():
     kw = {"reasoning": "kimi", "tool_calls": "kimi_k2"}
-    assert views(kw, f"◁think▷I need the weather. {KIMI_CALL}") == [
+    assert views(kw, f"<think>I need the weather. {KIMI_CALL}") == [
         ("R", "I need the weather. "), ("call", 0, "get_weather", {"city": "Paris"})
     ]
 

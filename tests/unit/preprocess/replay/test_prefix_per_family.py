@@ -159,7 +159,7 @@ FAMILIES: dict[str, Family] = {
         keeps=False, dropped_opener="<think>\n",
     ),
     "kimi": Family(
-        "kimi", "kimi", "qwen3", "kimi_k2",
+        "kimi", "kimi", "kimi", "kimi_k2",
         (f"<think>{R1}</think><|tool_calls_section_begin|>{_kimi(CALL1, 0)}{_kimi(CALL2, 1)}"
          "<|tool_calls_section_end|>",),
         "<|im_end|>",

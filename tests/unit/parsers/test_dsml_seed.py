@@ -1,0 +1,37 @@
+"""DeepSeek V3.2 (DSML) and Seed-OSS tool calls, as those models write them."""
+
+from __future__ import annotations
+
+from .fixtures import TOOLS
+from .helpers import run, summary
+
+DSML = ('I will search.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="search">\n'
+        '<｜DSML｜parameter name="zip" string="true">007</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="n" string="false">5</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="q" string="false">{"a": [1, 2]}</｜DSML｜parameter>\n'
+        '</｜DSML｜invoke>\n<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="city" string="true">杭州</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+        '</｜DSML｜function_calls>')
+
+
+def views(kw, text):
+    whole = summary(run(kw, [text]))
+    assert summary(run(kw, list(text))) == whole
+    return whole
+
+
+def test_dsml_string_attribute_decides_verbatim_or_json():
+    kw = {"reasoning": "deepseek_r1", "tool_calls": "deepseek_v32", "tools": TOOLS}
+    assert views(kw, "Two lookups.</think>" + DSML) == [
+        ("R", "Two lookups."), ("T", "I will search."),
+        ("call", 0, "search", {"zip": "007", "n": 5, "q": {"a": [1, 2]}}),
+        ("call", 1, "get_weather", {"city": "杭州"}),
+    ]
+
+
+def test_seed_oss_call_after_text():
+    text = ("Let me check.\n<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</seed:tool_call>")
+    assert views({"tool_calls": "seed_oss", "tools": TOOLS}, text) == [
+        ("T", "Let me check."), ("call", 0, "get_weather", {"city": "Paris", "days": 3})
+    ]
