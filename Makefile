@@ -32,11 +32,14 @@ SERVE_ENV = $(shell $(PY) -m agentserve.serve.ray_env)
 serve: model
 	env $(SERVE_ENV) $(PY) -c 'import ray; ray.init(namespace="serve", include_dashboard=$(SERVE_DASHBOARD)); from ray.serve.scripts import cli; cli(["run", "$(SERVE_CONFIG)"])'
 
+# The unit tests need no cluster and run on two workers; the tests on the session's Ray cluster share it in order,
+# in one process (tests/conftest.py).
 test: model adapter harnesses
-	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest tests/unit -q -p no:cacheprovider -n 2 --durations=10
+	$(PY) -m pytest tests/integration tests/e2e -q -p no:cacheprovider --durations=15
 
 test-unit: install
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit -q -n 2
 
 test-integration: model
 	$(PY) -m pytest tests/integration -q

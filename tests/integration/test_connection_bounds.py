@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 KEY_A, KEY_B = "tenant-a-key", "tenant-b-key"
 TIMEOUT_S = 4  # Serve's request_timeout_s for this graph
-IDLE_S = 2.5
+IDLE_S = 1.5
 ARGS = {
     "engine": {"kind": "scripted", "block_size": 16, "rules": [
         {"match": "slow", "reply": "one two three four five six seven eight nine ten", "itl_ms": 300},
