@@ -22,15 +22,18 @@ harnesses:
 	bash scripts/install_harnesses.sh
 
 # `make serve`: `serve run $(SERVE_CONFIG)` in a Ray instance started with agentserve/serve/ray_env.py's variables (the
-# ones tests, benchmarks and KubeRay pods share: Serve's throughput-optimized mode and less periodic work at rest).
-# SERVE_DASHBOARD=True brings back Ray's dashboard (its head and module processes, ~0.02 cores at rest; `serve run`
-# itself has no switch for it, hence the ray.init before it).
-SERVE_CONFIG    ?= serve_config.yaml
-SERVE_DASHBOARD ?= False
+# ones tests, benchmarks and KubeRay pods share: Serve's throughput-optimized mode and less periodic work at rest),
+# and Ray's dashboard on 127.0.0.1:$(SERVE_DASHBOARD_PORT): the Serve tab's deployments, replicas and logs, and the REST
+# API `serve deploy` and `serve status` use (docs/OPERATIONS.md, "The Ray dashboard"; its cost at rest:
+# docs/BENCHMARKS.md, "At rest and start-up"). It accepts jobs, which is code execution: it never listens beyond
+# this machine. SERVE_DASHBOARD=False leaves it out (`serve run` itself has no switch for it, hence the ray.init).
+SERVE_CONFIG         ?= serve_config.yaml
+SERVE_DASHBOARD      ?= True
+SERVE_DASHBOARD_PORT ?= 8265
 SERVE_ENV = $(shell $(PY) -m agentserve.serve.ray_env)
 
 serve: model
-	env $(SERVE_ENV) $(PY) -c 'import ray; ray.init(namespace="serve", include_dashboard=$(SERVE_DASHBOARD)); from ray.serve.scripts import cli; cli(["run", "$(SERVE_CONFIG)"])'
+	env $(SERVE_ENV) $(PY) -c 'import ray; ray.init(namespace="serve", include_dashboard=$(SERVE_DASHBOARD), dashboard_host="127.0.0.1", dashboard_port=$(SERVE_DASHBOARD_PORT)); from ray.serve.scripts import cli; cli(["run", "$(SERVE_CONFIG)"])'
 
 # The unit tests need no cluster and run on two workers; the tests on the session's Ray cluster share it in order,
 # in one process (tests/conftest.py).

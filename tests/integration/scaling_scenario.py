@@ -1,11 +1,14 @@
-"""Scaling the Engine deployment up and down on a running graph, as the Ray dashboard and KubeRay do it.
+"""Scaling the Engine deployment up and down on a running graph through Ray's dashboard, as an operator does.
 
-Run by test_scaling.py in a process of its own (`python -m tests.integration.scaling_scenario`).
+Run by test_scaling.py on the session's cluster (`python -m tests.integration.scaling_scenario` runs it on a
+cluster of its own).
 
-The graph is deployed from a Serve config (the declarative REST path that `serve deploy`, the dashboard and
-KubeRay's serveConfigV2 reconciliation use); scaling re-applies the same config with a new Engine
-`num_replicas`, which Serve applies in place. Streams in flight must finish intact on every replica,
-including a draining one, and the router must end up seeing exactly Serve's running replicas.
+The graph is deployed from a Serve config through the dashboard's REST API (`PUT /api/serve/applications/`: what
+`serve deploy` and the dashboard use; KubeRay's serveConfigV2 reconciliation applies the same schema); scaling
+re-applies the same config with a new Engine `num_replicas`, which Serve applies in place, and the replicas are
+read back from the dashboard (`GET /api/serve/applications/`, what its Serve tab shows). Streams in flight must
+finish intact on every replica, including a draining one, and the router must end up seeing exactly the running
+replicas.
 """
 
 from __future__ import annotations
@@ -76,12 +79,30 @@ def start_streams(url: str, tag: str, n: int) -> list[Stream]:
     return streams
 
 
-def running_engine_replicas() -> set[str]:
-    from ray.serve.context import _get_global_client
+class Dashboard:
+    """Ray's dashboard REST API for Serve: apply a config, read the applications' deployments and replicas. Ray's
+    token authentication is on by default: the calls carry the cluster's token as `serve deploy` does."""
 
-    details = _get_global_client().get_serve_details()
-    engine = details["applications"][APP]["deployments"]["Engine"]
-    return {r["replica_id"] for r in engine["replicas"] if r["state"] == "RUNNING"}
+    def __init__(self, url: str) -> None:
+        from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
+
+        self.url = f"{url.rstrip('/')}/api/serve/applications/"
+        self.headers = get_auth_headers_if_auth_enabled({})
+
+    def up(self) -> bool:
+        try:
+            return httpx.get(self.url, headers=self.headers, timeout=10).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def apply(self, config: dict[str, Any]) -> None:
+        r = httpx.put(self.url, json=config, headers=self.headers, timeout=60)
+        assert r.status_code == 200, (r.status_code, r.text)
+
+    def running(self, deployment: str) -> set[str]:
+        app = httpx.get(self.url, headers=self.headers, timeout=10).json()["applications"].get(APP) or {}
+        dep = app.get("deployments", {}).get(deployment) or {}
+        return {r["replica_id"] for r in dep.get("replicas", []) if r["state"] == "RUNNING"}
 
 
 def router_view() -> dict[str, int]:
@@ -90,13 +111,19 @@ def router_view() -> dict[str, int]:
     return serve.get_deployment_handle("Router", APP).replicas.remote().result(timeout_s=10)
 
 
-def scenario(client: Any, port: int) -> None:
-    from ray.serve.schema import ServeDeploySchema
-
+def scenario(dashboard_url: str, port: int) -> None:
     url = f"http://127.0.0.1:{port}"
+    dashboard = Dashboard(dashboard_url)
+    logged_wait("the dashboard's Serve API", dashboard.up, 60)
+    if dashboard.headers:  # Ray's token authentication (its default): the console refuses a caller without it
+        assert httpx.get(dashboard.url, timeout=10).status_code == 401
+        assert httpx.put(dashboard.url, json={"applications": []}, timeout=10).status_code == 401
 
     def deploy(n: int) -> None:
-        client.deploy_apps(ServeDeploySchema.model_validate(serve_config(ARGS, port, {"Engine": n})))
+        dashboard.apply(serve_config(ARGS, port, {"Engine": n}))
+
+    def running_engine_replicas() -> set[str]:
+        return dashboard.running("Engine")
 
     deploy(1)
     logged_wait("app RUNNING", lambda: httpx.get(f"{url}/health").status_code == 200, 120)
@@ -135,14 +162,14 @@ def scenario(client: Any, port: int) -> None:
 def main() -> int:
     import ray
     from ray import serve
-    from ray.serve.context import _get_global_client
 
     port = free_port()
     # A cluster of its own: the declarative (config) API cannot share a Serve instance with serve.run apps.
-    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    context = ray.init(address="local", num_cpus=8, include_dashboard=True, dashboard_host="127.0.0.1",
+                       dashboard_port=free_port(), log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        scenario(_get_global_client(), port)
+        scenario(f"http://{context.dashboard_url}", port)
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -152,7 +179,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     import os
-    import sys
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,8 +1,9 @@
-"""Scaling the Engine deployment up and down on a running graph, the way the Ray dashboard and KubeRay do it.
+"""Scaling the Engine deployment up and down on a running graph through Ray's dashboard, as an operator does.
 
-The scenario (tests/integration/scaling_scenario.py) deploys the graph from a Serve config, the declarative
-path of `serve deploy`, the dashboard and KubeRay, and rescales the Engine with in-flight streams, on the session's
-cluster (`python -m tests.integration.scaling_scenario` runs it on a cluster of its own).
+The scenario (tests/integration/scaling_scenario.py) deploys the graph from a Serve config through the dashboard's
+REST API (`PUT /api/serve/applications/`, the path of `serve deploy` and the dashboard; KubeRay applies the same
+schema), and rescales the Engine with in-flight streams, on the session's cluster, whose dashboard is started as
+`make serve` starts it (`python -m tests.integration.scaling_scenario` runs it on a cluster of its own).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from tests.support.graph import config_app
 pytestmark = pytest.mark.integration
 
 
-def test_engine_scales_up_and_down_with_streams_in_flight(model_path):
-    from ray.serve.context import _get_global_client
-
+def test_engine_scales_up_and_down_through_the_dashboard_with_streams_in_flight(model_path):
     with config_app() as cluster:
-        scenario(_get_global_client(), cluster.port)  # its steps print their times: the failure report shows them
+        scenario(cluster.dashboard, cluster.port)  # its steps print their times: the failure report shows them

@@ -46,6 +46,7 @@ class Cluster:
         self.port = 0
         self.app: App | None = None
         self.starts = 0  # ray.init calls this session
+        self.dashboard = ""  # Ray's dashboard, as `make serve` starts it: the operator's REST API and console
 
     @property
     def url(self) -> str:
@@ -57,7 +58,8 @@ class Cluster:
         from ray import serve
 
         if not ray.is_initialized():
-            start_ray(env=TEST_ENV)  # the benchmarks' launcher: the Ray environment of `make serve`, but for TEST_ENV
+            # The benchmarks' launcher: the Ray environment of `make serve`, but for TEST_ENV; the dashboard on.
+            self.dashboard = start_ray(env=TEST_ENV, dashboard=True)
             self.starts += 1
             self.http_options, self.app = None, None
         want = {"host": "127.0.0.1", **(http_options or {})}
@@ -87,7 +89,7 @@ class Cluster:
                 serve.shutdown()
             finally:
                 ray.shutdown()
-        self.http_options, self.app = None, None
+        self.http_options, self.app, self.dashboard = None, None, ""
 
     def restart(self, http_options: dict[str, Any] | None = None) -> "Cluster":
         """serve.shutdown + ray.shutdown, then both again (restarting `make serve`): nothing of the cluster survives."""
