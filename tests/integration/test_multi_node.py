@@ -1,0 +1,210 @@
+"""The graph on a cluster of Ray nodes, as KubeRay runs it: a head, a CPU pod and two GPU pods on this machine
+(agentserve/deploy/local_cluster.py), the Serve config the KubeRay generator emits, the state on PostgreSQL.
+
+Engine replicas land only on the GPU pods and the rest only on the CPU pod, as the generator's resources say; KV
+events, leases and heartbeats cross nodes (the Router on the CPU pod indexes blocks the GPU pods' engines made, and
+holds no lease once the streams end); a Responses chain continues on PostgreSQL whichever Ingress replica serves it.
+Then a GPU pod dies mid-stream: its streams end with a retryable error, the others finish token for token, new
+requests go to the survivor at once, the Router forgets the dead replica, and a replacement pod takes traffic.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import httpx
+import openai
+import pytest
+
+from agentserve.bench.graph import wait_for
+from agentserve.deploy.local_cluster import APP, LocalCluster, deploy, local_cluster, local_config, local_values, placement
+from agentserve.ports import free_port
+from tests.postgres_server import postgres_server
+from tests.support.cluster import CLUSTER
+
+pytestmark = [pytest.mark.integration, pytest.mark.restarts_cluster]
+
+TICKS = 80
+RULES = [
+    {"match": "long", "reply": "tick " * TICKS, "itl_ms": 50},  # ~4 s per stream
+    {"match": "", "reply": "Hello from a GPU pod.", "itl_ms": 0},
+]
+VALUES = local_values()
+
+
+@dataclass
+class Graph:
+    cluster: LocalCluster
+    url: str
+    dsn: str
+
+
+@pytest.fixture(scope="module")
+def graph(model_path) -> Iterator[Graph]:
+    CLUSTER.stop()  # this module runs on a cluster of its own nodes
+    with postgres_server() as dsn, local_cluster(VALUES, gpu_pods=2) as c:
+        port = free_port()
+        deploy(local_config(VALUES, port=port, dsn=dsn, engine={"rules": RULES}))
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _ok(f"{url}/health"), 240, 0.5, what="the graph on the cluster")
+        wait_for(lambda: len(_router_stats().replicas) == 2, 60, 0.5, what="both engines registered with the Router")
+        floor = {"Ingress": VALUES.ingress.min_replicas, "Preprocessor": VALUES.preprocessor.min_replicas}
+        wait_for(lambda: all(len(placement()[d]) >= n for d, n in floor.items()), 120, 0.5,
+                 what="Ingress and Preprocessor at their minimum replicas")
+        yield Graph(c, url, dsn)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _router_stats() -> Any:
+    from ray import serve
+
+    return serve.get_deployment_handle("Router", APP).stats.remote().result(timeout_s=10)
+
+
+def _oai(graph: Graph) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{graph.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_replicas_land_where_the_generators_resources_put_them(graph):
+    nodes = {n.id: n.role for n in graph.cluster.nodes}
+    where = placement()
+    engines = [nodes[node] for node in where["Engine"].values()]
+    assert engines == ["gpu", "gpu"] and len(set(where["Engine"].values())) == 2  # one TP=4 engine per GPU pod
+    for name in ("Ingress", "Preprocessor", "Router"):
+        assert where[name] and {nodes[node] for node in where[name].values()} == {"cpu"}, (name, where[name])
+    assert len(where["Ingress"]) == VALUES.ingress.min_replicas
+
+
+def test_kv_events_leases_and_a_responses_chain_cross_nodes(graph):
+    client = _oai(graph)
+    system = "You are a cluster test. " * 200  # a prefix of many blocks
+    first = client.responses.create(model="smollm2", instructions=system, input="first question")
+    assert first.output_text == "Hello from a GPU pod."
+    chain = [first.id]
+    for i in range(5):  # each turn on whichever Ingress replica takes it; the chain is in PostgreSQL
+        nxt = client.responses.create(model="smollm2", previous_response_id=chain[-1], input=f"question {i}")
+        assert nxt.output_text == "Hello from a GPU pod."
+        chain.append(nxt.id)
+    assert client.responses.retrieve(chain[1]).previous_response_id == chain[0]
+    stats = _router_stats()
+    # The engines on the GPU pods published their blocks; the Router on the CPU pod indexed them.
+    assert sum(r.indexed_blocks for r in stats.replicas.values()) > 0, stats
+    assert stats.events.get("batches", 0) > 0, stats.events
+    # The later turns reused the session's prefix on its engine: routed by the prefix the events told of.
+    assert client.responses.create(model="smollm2", previous_response_id=chain[-1], input="again").usage \
+        .input_tokens_details.cached_tokens > 0
+    wait_for(lambda: _router_stats().in_flight == 0, 10, 0.2, what="every lease released")
+
+
+class Stream(threading.Thread):
+    """One streamed turn, Chat Completions or Anthropic Messages by `api`: its text, whether it finished, or the
+    error event it ended with, and when it ended."""
+
+    def __init__(self, url: str, prompt: str, api: str = "chat") -> None:
+        super().__init__(daemon=True)
+        self.url, self.prompt, self.api = url, prompt, api
+        self.text, self.finished, self.error, self.status, self.ended_at = "", False, None, None, 0.0
+        self.started = threading.Event()
+
+    def run(self) -> None:
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": self.prompt}], "stream": True}
+        path = "/v1/chat/completions"
+        if self.api == "anthropic":
+            body["max_tokens"], path = 1024, "/v1/messages"
+        try:
+            with httpx.stream("POST", f"{self.url}{path}", json=body, timeout=60) as r:
+                self.status = r.status_code
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        self._event(json.loads(line[6:]))
+        except httpx.HTTPError as exc:
+            self.error = {"transport": repr(exc)}
+        finally:
+            self.ended_at = time.monotonic()
+            self.started.set()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if "error" in event:  # Chat Completions' error chunk, Anthropic's `error` event
+            self.error = event["error"]
+        elif self.api == "chat":
+            choice = event["choices"][0]
+            self.text += choice["delta"].get("content") or ""
+            self.finished = self.finished or choice.get("finish_reason") == "stop"
+            self.started.set()
+        elif event["type"] == "content_block_delta":
+            self.text += event["delta"].get("text") or ""
+            self.started.set()
+        elif event["type"] == "message_delta":
+            self.finished = event["delta"].get("stop_reason") == "end_turn"
+
+
+def test_a_gpu_pod_dies_mid_stream(graph):
+    from ray import serve
+
+    engines = placement()["Engine"]  # replica -> node
+    streams = [Stream(graph.url, f"long stream {i}", "anthropic" if i % 2 else "chat") for i in range(8)]
+    for s in streams:
+        s.start()
+    for s in streams:
+        assert s.started.wait(30)
+    in_flight = _router_stats().replicas
+    assert all(in_flight[r].in_flight > 0 for r in engines), in_flight  # both pods stream
+    victim_replica, victim_node = next(iter(engines.items()))
+    survivor = next(r for r in engines if r != victim_replica)
+    victim = next(n for n in graph.cluster.nodes if n.id == victim_node)
+    killed_at = time.monotonic()
+    graph.cluster.kill(victim)
+
+    for s in streams:
+        s.join(60)
+    print(f"[kill +{time.monotonic() - killed_at:.1f}s] every stream ended")  # figures for the failure report
+    broken = [s for s in streams if not s.finished]
+    intact = [s for s in streams if s.finished]
+    assert broken and intact, [(s.prompt, s.finished, s.error) for s in streams]
+    for s in intact:
+        assert s.text == "tick " * TICKS and s.error is None, (s.prompt, len(s.text), s.error)
+    print([(s.api, round(s.ended_at - killed_at, 2), s.error) for s in broken])
+    # Each broken stream ended at once with its API's retryable error, in the stream (a harness retries the turn):
+    # not a hang, not a cut connection.
+    retryable = {"chat": {"server_error"}, "anthropic": {"api_error", "overloaded_error"}}
+    for s in broken:
+        assert s.status == 200 and s.error is not None and "transport" not in s.error, (s.prompt, s.error)
+        assert s.error["type"] in retryable[s.api], (s.api, s.error)
+        assert s.ended_at - killed_at < 10, (s.prompt, s.ended_at - killed_at)
+
+    # New requests go to the survivor at once, and the Router forgets the dead replica.
+    client = _oai(graph)
+    for i in range(3):
+        assert client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": f"hi {i}"}]) \
+            .choices[0].message.content == "Hello from a GPU pod."
+    wait_for(lambda: victim_replica not in _router_stats().replicas, 60, 0.5, what="the Router forgets the dead engine")
+    print(f"[kill +{time.monotonic() - killed_at:.1f}s] the Router forgot the dead engine")
+    assert survivor in _router_stats().replicas
+
+    # A replacement pod joins: Serve starts the lost replica there and the Router routes to it.
+    new = graph.cluster.add_gpu_pod()
+    wait_for(lambda: new.id in placement()["Engine"].values(), 180, 1.0, what="an engine on the new pod")
+    replacement = next(r for r, node in placement()["Engine"].items() if node == new.id)
+    print(f"[kill +{time.monotonic() - killed_at:.1f}s] an engine runs on the replacement pod")
+    wait_for(lambda: replacement in _router_stats().replicas, 60, 0.5, what="the Router sees the new engine")
+    late = [Stream(graph.url, f"long late {i}") for i in range(4)]
+    for s in late:
+        s.start()
+    for s in late:
+        assert s.started.wait(30)
+    assert _router_stats().replicas[replacement].in_flight > 0  # it takes traffic
+    for s in late:
+        s.join(60)
+        assert s.finished and s.text == "tick " * TICKS, (s.prompt, s.finished, s.error)
+    wait_for(lambda: _router_stats().in_flight == 0, 10, 0.2, what="every lease released")
+    assert serve.status().applications[APP].status == "RUNNING"
