@@ -4,8 +4,10 @@
 Engine replicas land only on the GPU pods and the rest only on the CPU pod, as the generator's resources say; KV
 events, leases and heartbeats cross nodes (the Router on the CPU pod indexes blocks the GPU pods' engines made, and
 holds no lease once the streams end); a Responses chain continues on PostgreSQL whichever Ingress replica serves it.
-Then a GPU pod dies mid-stream: its streams end with a retryable error, the others finish token for token, new
-requests go to the survivor at once, the Router forgets the dead replica, and a replacement pod takes traffic.
+An upgrade that rolls every deployment while sessions stream on every node drops no stream and breaks no session
+(signed thinking, a stored chain, sealed reasoning). Then a GPU pod dies mid-stream: its streams end with a retryable
+error, the others finish token for token, new requests go to the survivor at once, the Router forgets the dead
+replica, and a replacement pod takes traffic.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -23,17 +26,19 @@ import pytest
 from agentserve.bench.graph import wait_for
 from agentserve.deploy.local_cluster import APP, LocalCluster, deploy, local_cluster, local_config, local_values, placement
 from agentserve.ports import free_port
+from tests.integration.conftest import RULES
+from tests.integration.durable_graph import DURABLE_RULES
 from tests.postgres_server import postgres_server
 from tests.support.cluster import CLUSTER
+from tests.support.keys import signing_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.restarts_cluster]
 
 TICKS = 80
-RULES = [
-    {"match": "long", "reply": "tick " * TICKS, "itl_ms": 50},  # ~4 s per stream
-    {"match": "", "reply": "Hello from a GPU pod.", "itl_ms": 0},
-]
+ENGINE = {"rules": [{"match": "long", "reply": "tick " * TICKS, "itl_ms": 50}, *DURABLE_RULES, *RULES]}  # ~4 s a stream
+HELLO = "Hello! How can I help?"
 VALUES = local_values()
+THINKING = {"type": "enabled", "budget_tokens": 1024}
 
 
 @dataclass
@@ -41,6 +46,15 @@ class Graph:
     cluster: LocalCluster
     url: str
     dsn: str
+    port: int
+    secret_key: str
+
+    def config(self, **runtime_env: str) -> dict[str, Any]:
+        """The cluster's Serve config; `runtime_env` variables added to the application's (a change of them is a
+        new version of every deployment: Serve rolls them all)."""
+        cfg = local_config(VALUES, port=self.port, dsn=self.dsn, engine=ENGINE, secret_key=self.secret_key)
+        cfg["applications"][0]["runtime_env"]["env_vars"].update(runtime_env)
+        return cfg
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +62,15 @@ def graph(model_path) -> Iterator[Graph]:
     CLUSTER.stop()  # this module runs on a cluster of its own nodes
     with postgres_server() as dsn, local_cluster(VALUES, gpu_pods=2) as c:
         port = free_port()
-        deploy(local_config(VALUES, port=port, dsn=dsn, engine={"rules": RULES}))
-        url = f"http://127.0.0.1:{port}"
+        g = Graph(c, f"http://127.0.0.1:{port}", dsn, port, signing_key("multi-node"))
+        deploy(g.config())
+        url = g.url
         wait_for(lambda: _ok(f"{url}/health"), 240, 0.5, what="the graph on the cluster")
         wait_for(lambda: len(_router_stats().replicas) == 2, 60, 0.5, what="both engines registered with the Router")
         floor = {"Ingress": VALUES.ingress.min_replicas, "Preprocessor": VALUES.preprocessor.min_replicas}
         wait_for(lambda: all(len(placement()[d]) >= n for d, n in floor.items()), 120, 0.5,
                  what="Ingress and Preprocessor at their minimum replicas")
-        yield Graph(c, url, dsn)
+        yield g
 
 
 def _ok(url: str) -> bool:
@@ -89,11 +104,11 @@ def test_kv_events_leases_and_a_responses_chain_cross_nodes(graph):
     client = _oai(graph)
     system = "You are a cluster test. " * 200  # a prefix of many blocks
     first = client.responses.create(model="smollm2", instructions=system, input="first question")
-    assert first.output_text == "Hello from a GPU pod."
+    assert first.output_text == HELLO
     chain = [first.id]
     for i in range(5):  # each turn on whichever Ingress replica takes it; the chain is in PostgreSQL
         nxt = client.responses.create(model="smollm2", previous_response_id=chain[-1], input=f"question {i}")
-        assert nxt.output_text == "Hello from a GPU pod."
+        assert nxt.output_text == HELLO
         chain.append(nxt.id)
     assert client.responses.retrieve(chain[1]).previous_response_id == chain[0]
     stats = _router_stats()
@@ -148,9 +163,82 @@ class Stream(threading.Thread):
             self.finished = event["delta"].get("stop_reason") == "end_turn"
 
 
-def test_a_gpu_pod_dies_mid_stream(graph):
+def _replica_ids() -> dict[str, set[str]]:
+    return {name: set(replicas) for name, replicas in placement().items()}
+
+
+def test_an_upgrade_rolls_every_deployment_on_every_node_with_sessions_live(graph):
+    claude = anthropic.Anthropic(base_url=graph.url, api_key="unused", max_retries=0, timeout=60)
+    client = _oai(graph)
+    # Live sessions: signed thinking (Claude Code), a stored chain (previous_response_id), sealed reasoning (Codex).
+    first = [{"role": "user", "content": "DUR_THINK: plan the migration"}]
+    signed = claude.messages.create(model="smollm2", max_tokens=2048, thinking=THINKING, messages=first)
+    assert signed.content[0].type == "thinking" and signed.content[0].signature
+    stored = client.responses.create(model="smollm2", input="rsp-hello", store=True)
+    sealed = client.responses.create(model="smollm2", store=False, include=["reasoning.encrypted_content"],
+                                     input="rsp-reason-text: what is 2+2?")
+    (reasoning,) = [i for i in sealed.output if i.type == "reasoning"]
+
+    before = _replica_ids()
+    streams = [Stream(graph.url, f"long upgrade {i}", "anthropic" if i % 2 else "chat") for i in range(6)]
+    for s in streams:
+        s.start()
+    for s in streams:
+        assert s.started.wait(30)
+    failures: list[Any] = []
+    done = threading.Event()
+
+    def keep_asking() -> None:  # new turns all through the rollout: none may fail
+        while not done.is_set():
+            try:
+                r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "hi"}])
+                if r.choices[0].message.content != HELLO:
+                    failures.append(r.choices[0].message.content)
+            except Exception as exc:  # noqa: BLE001 - every failure is reported
+                failures.append(repr(exc))
+            time.sleep(0.3)
+
+    asker = threading.Thread(target=keep_asking, daemon=True)
+    asker.start()
+    started = time.monotonic()
+    deploy(graph.config(AGENTSERVE_RELEASE="2"))  # a new version of every deployment
+
+    def rolled() -> bool:
+        now = _replica_ids()
+        return all(now.get(name) and not (now[name] & old) for name, old in before.items())
+
+    wait_for(rolled, 240, 1.0, what="every deployment replaced")
+    wait_for(lambda: serve_status() == "RUNNING", 60, 0.5, what="the app RUNNING")
+    print(f"[upgrade +{time.monotonic() - started:.1f}s] every deployment replaced")
+    for s in streams:
+        s.join(60)
+    done.set()
+    asker.join(30)
+    for s in streams:  # in flight when the rollout began: finished on the replicas that drained
+        assert s.finished and s.text == "tick " * TICKS and s.error is None, (s.prompt, s.finished, s.error)
+    assert failures == []
+
+    # Every session goes on on the new replicas: the key, the store and the sealing are the cluster's, not a process's.
+    nxt = claude.messages.create(model="smollm2", max_tokens=2048, thinking=THINKING, messages=[
+        *first, {"role": "assistant", "content": [b.model_dump() for b in signed.content]},
+        {"role": "user", "content": "DUR_NEXT: go on"}])
+    assert nxt.content[-1].text == "Continuing where we left off."
+    assert client.responses.create(model="smollm2", previous_response_id=stored.id, input="rsp-hello again") \
+        .previous_response_id == stored.id
+    replay = [{"role": "user", "content": "rsp-reason-text: what is 2+2?"},
+              {"type": "reasoning", "summary": [], "encrypted_content": reasoning.encrypted_content},
+              {"role": "user", "content": "rsp-hello: and 3+3?"}]
+    assert client.responses.create(model="smollm2", store=False, input=replay).output_text == "Hello from responses."
+    wait_for(lambda: _router_stats().in_flight == 0, 10, 0.2, what="every lease released")
+
+
+def serve_status() -> str:
     from ray import serve
 
+    return serve.status().applications[APP].status
+
+
+def test_a_gpu_pod_dies_mid_stream(graph):
     engines = placement()["Engine"]  # replica -> node
     streams = [Stream(graph.url, f"long stream {i}", "anthropic" if i % 2 else "chat") for i in range(8)]
     for s in streams:
@@ -186,7 +274,7 @@ def test_a_gpu_pod_dies_mid_stream(graph):
     client = _oai(graph)
     for i in range(3):
         assert client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": f"hi {i}"}]) \
-            .choices[0].message.content == "Hello from a GPU pod."
+            .choices[0].message.content == HELLO
     wait_for(lambda: victim_replica not in _router_stats().replicas, 60, 0.5, what="the Router forgets the dead engine")
     print(f"[kill +{time.monotonic() - killed_at:.1f}s] the Router forgot the dead engine")
     assert survivor in _router_stats().replicas
@@ -207,4 +295,4 @@ def test_a_gpu_pod_dies_mid_stream(graph):
         s.join(60)
         assert s.finished and s.text == "tick " * TICKS, (s.prompt, s.finished, s.error)
     wait_for(lambda: _router_stats().in_flight == 0, 10, 0.2, what="every lease released")
-    assert serve.status().applications[APP].status == "RUNNING"
+    assert serve_status() == "RUNNING"
