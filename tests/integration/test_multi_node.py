@@ -3,7 +3,7 @@
 
 Engine replicas land only on the GPU pods and the rest only on the CPU pod, as the generator's resources say; KV
 events, leases and heartbeats cross nodes (the Router on the CPU pod indexes blocks the GPU pods' engines made, and
-holds no lease once the streams end); a Responses chain continues on PostgreSQL whichever Ingress replica serves it.
+holds no lease once the streams end); a Responses chain continues on PostgreSQL whichever Ingress replica serves it, scoped to its key.
 An upgrade that rolls every deployment while sessions stream on every node drops no stream and breaks no session
 (signed thinking, a stored chain, sealed reasoning). Then a GPU pod dies mid-stream: its streams end with a retryable
 error, the others finish token for token, new requests go to the survivor at once, the Router forgets the dead
@@ -21,12 +21,14 @@ from typing import Any, Iterator
 import anthropic
 import httpx
 import openai
+import psycopg
 import pytest
 
 from agentserve.bench.graph import wait_for
 from agentserve.deploy.local_cluster import APP, LocalCluster, deploy, local_cluster, local_config, local_values, placement
 from agentserve.ports import free_port
 from tests.integration.conftest import RULES
+from tests.integration.graph_probe import engine_active, router_stats
 from tests.integration.durable_graph import DURABLE_RULES
 from tests.postgres_server import postgres_server
 from tests.support.cluster import CLUSTER
@@ -66,7 +68,7 @@ def graph(model_path) -> Iterator[Graph]:
         deploy(g.config())
         url = g.url
         wait_for(lambda: _ok(f"{url}/health"), 240, 0.5, what="the graph on the cluster")
-        wait_for(lambda: len(_router_stats().replicas) == 2, 60, 0.5, what="both engines registered with the Router")
+        wait_for(lambda: len(router_stats(APP).replicas) == 2, 60, 0.5, what="both engines registered with the Router")
         floor = {"Ingress": VALUES.ingress.min_replicas, "Preprocessor": VALUES.preprocessor.min_replicas}
         wait_for(lambda: all(len(placement()[d]) >= n for d, n in floor.items()), 120, 0.5,
                  what="Ingress and Preprocessor at their minimum replicas")
@@ -80,14 +82,8 @@ def _ok(url: str) -> bool:
         return False
 
 
-def _router_stats() -> Any:
-    from ray import serve
-
-    return serve.get_deployment_handle("Router", APP).stats.remote().result(timeout_s=10)
-
-
-def _oai(graph: Graph) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{graph.url}/v1", api_key="unused", max_retries=0, timeout=60)
+def _oai(graph: Graph, key: str = "key-a") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{graph.url}/v1", api_key=key, max_retries=0, timeout=60)
 
 
 def test_replicas_land_where_the_generators_resources_put_them(graph):
@@ -111,14 +107,19 @@ def test_kv_events_leases_and_a_responses_chain_cross_nodes(graph):
         assert nxt.output_text == HELLO
         chain.append(nxt.id)
     assert client.responses.retrieve(chain[1]).previous_response_id == chain[0]
-    stats = _router_stats()
+    with psycopg.connect(graph.dsn) as conn:  # in the database, not in a replica
+        (n,) = conn.execute("SELECT COUNT(*) FROM agentserve_responses WHERE id = ANY(%s)", (chain,)).fetchone()
+    assert n == len(chain)
+    with pytest.raises(openai.NotFoundError):  # and scoped to the caller's key
+        _oai(graph, "key-b").responses.retrieve(chain[-1])
+    stats = router_stats(APP)
     # The engines on the GPU pods published their blocks; the Router on the CPU pod indexed them.
     assert sum(r.indexed_blocks for r in stats.replicas.values()) > 0, stats
     assert stats.events.get("batches", 0) > 0, stats.events
     # The later turns reused the session's prefix on its engine: routed by the prefix the events told of.
     assert client.responses.create(model="smollm2", previous_response_id=chain[-1], input="again").usage \
         .input_tokens_details.cached_tokens > 0
-    wait_for(lambda: _router_stats().in_flight == 0, 10, 0.2, what="every lease released")
+    wait_for(lambda: router_stats(APP).in_flight == 0, 10, 0.2, what="every lease released")
 
 
 class Stream(threading.Thread):
@@ -229,7 +230,7 @@ def test_an_upgrade_rolls_every_deployment_on_every_node_with_sessions_live(grap
               {"type": "reasoning", "summary": [], "encrypted_content": reasoning.encrypted_content},
               {"role": "user", "content": "rsp-hello: and 3+3?"}]
     assert client.responses.create(model="smollm2", store=False, input=replay).output_text == "Hello from responses."
-    wait_for(lambda: _router_stats().in_flight == 0, 10, 0.2, what="every lease released")
+    wait_for(lambda: router_stats(APP).in_flight == 0, 10, 0.2, what="every lease released")
 
 
 def serve_status() -> str:
@@ -245,7 +246,7 @@ def test_a_gpu_pod_dies_mid_stream(graph):
         s.start()
     for s in streams:
         assert s.started.wait(30)
-    in_flight = _router_stats().replicas
+    in_flight = router_stats(APP).replicas
     assert all(in_flight[r].in_flight > 0 for r in engines), in_flight  # both pods stream
     victim_replica, victim_node = next(iter(engines.items()))
     survivor = next(r for r in engines if r != victim_replica)
@@ -275,24 +276,73 @@ def test_a_gpu_pod_dies_mid_stream(graph):
     for i in range(3):
         assert client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": f"hi {i}"}]) \
             .choices[0].message.content == HELLO
-    wait_for(lambda: victim_replica not in _router_stats().replicas, 60, 0.5, what="the Router forgets the dead engine")
+    wait_for(lambda: victim_replica not in router_stats(APP).replicas, 60, 0.5, what="the Router forgets the dead engine")
     print(f"[kill +{time.monotonic() - killed_at:.1f}s] the Router forgot the dead engine")
-    assert survivor in _router_stats().replicas
+    assert survivor in router_stats(APP).replicas
 
     # A replacement pod joins: Serve starts the lost replica there and the Router routes to it.
     new = graph.cluster.add_gpu_pod()
     wait_for(lambda: new.id in placement()["Engine"].values(), 180, 1.0, what="an engine on the new pod")
     replacement = next(r for r, node in placement()["Engine"].items() if node == new.id)
     print(f"[kill +{time.monotonic() - killed_at:.1f}s] an engine runs on the replacement pod")
-    wait_for(lambda: replacement in _router_stats().replicas, 60, 0.5, what="the Router sees the new engine")
+    wait_for(lambda: replacement in router_stats(APP).replicas, 60, 0.5, what="the Router sees the new engine")
     late = [Stream(graph.url, f"long late {i}") for i in range(4)]
     for s in late:
         s.start()
     for s in late:
         assert s.started.wait(30)
-    assert _router_stats().replicas[replacement].in_flight > 0  # it takes traffic
+    assert router_stats(APP).replicas[replacement].in_flight > 0  # it takes traffic
     for s in late:
         s.join(60)
         assert s.finished and s.text == "tick " * TICKS, (s.prompt, s.finished, s.error)
-    wait_for(lambda: _router_stats().in_flight == 0, 10, 0.2, what="every lease released")
+    wait_for(lambda: router_stats(APP).in_flight == 0, 10, 0.2, what="every lease released")
     assert serve_status() == "RUNNING"
+
+
+def _answers(client: openai.OpenAI) -> bool:
+    try:
+        r = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "hi"}], timeout=5)
+        return r.choices[0].message.content == HELLO
+    except openai.APIError:
+        return False
+
+
+def test_the_cpu_pod_holding_the_router_dies(graph):
+    """The pod of the Ingress, Preprocessor and Router replicas dies (Serve starts them again on another CPU pod):
+    its streams end (their writer is gone), nothing waits forever, the engines end the work nobody reads, the new
+    Router relearns every engine, and sessions go on from PostgreSQL."""
+    client = _oai(graph)
+    spare = graph.cluster.add_cpu_pod()
+    (old,) = [n for n in graph.cluster.by_role("cpu") if n is not spare]
+    stored = client.responses.create(model="smollm2", input="rsp-hello", store=True)
+    engines = set(placement()["Engine"])
+    streams = [Stream(graph.url, f"long cpu {i}", "anthropic" if i % 2 else "chat") for i in range(4)]
+    for s in streams:
+        s.start()
+    for s in streams:
+        assert s.started.wait(30)
+    killed_at = time.monotonic()
+    graph.cluster.kill(old)
+    for s in streams:
+        s.join(60)
+        assert not s.is_alive(), s.prompt  # ended, not hung
+        assert not s.finished or s.text == "tick " * TICKS, (s.prompt, len(s.text))  # never a short "complete" one
+    wait_for(lambda: _answers(client), 180, 0.5, what="the graph answering again")
+    print(f"[cpu pod kill +{time.monotonic() - killed_at:.1f}s] answering again")
+    nodes = {n.id: n.role for n in graph.cluster.nodes}
+    where = placement()
+    for name in ("Ingress", "Preprocessor", "Router"):
+        assert {nodes.get(node) for node in where[name].values()} == {"cpu"}, (name, where[name])
+    wait_for(lambda: set(router_stats(APP).replicas) == engines, 60, 0.5, what="the new Router relearns the engines")
+    # The engines ended the streams whose Ingress died (no work left for nobody), within the lease time.
+    wait_for(lambda: engine_active(APP) == 0, 30, 0.5, what="no engine request left")
+    print(f"[cpu pod kill +{time.monotonic() - killed_at:.1f}s] router relearnt, engines idle")
+    assert client.responses.create(model="smollm2", previous_response_id=stored.id, input="rsp-hello again") \
+        .previous_response_id == stored.id
+    late = [Stream(graph.url, f"long after {i}") for i in range(2)]
+    for s in late:
+        s.start()
+    for s in late:
+        s.join(60)
+        assert s.finished and s.text == "tick " * TICKS, (s.prompt, s.finished, s.error)
+    wait_for(lambda: router_stats(APP).in_flight == 0, 10, 0.2, what="every lease released")
