@@ -150,6 +150,17 @@ def test_logprobs_come_from_the_engine(oai):
         assert t.logprob == t.top_logprobs[0].logprob  # greedy: the chosen token is a most likely one (bf16 ties)
 
 
+def test_the_eager_engine_core_runs_without_torch_compile(oai):
+    """serve_config.yaml's enforce_eager: vLLM's sampler would still compile its logprobs op with inductor on the first
+    request that asks for logprobs (tens of seconds on 2 cores); the engine core runs with torch.compile off."""
+    import psutil
+
+    cores = [p for p in psutil.process_iter(["name", "cmdline"]) if "EngineCore" in " ".join(p.info["cmdline"] or [])]
+    assert cores, "no vLLM engine core process"
+    for core in cores:
+        assert core.environ().get("TORCHDYNAMO_DISABLE") == "1", core.info["cmdline"]
+
+
 def test_reasoning_budget_and_effort_reach_vllm(oai, url):
     # vLLM refuses thinking_token_budget without a reasoning config: these succeed only because the engine has one.
     chat = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=8,
