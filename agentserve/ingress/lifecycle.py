@@ -299,9 +299,13 @@ class RequestLifecycle:
 
     def _engine_failed(self, exc: BaseException) -> EngineDelta:
         logger.warning("engine stream for %s failed: %r", self.id, exc)
-        if self._path.engine_died(exc) and self.route is not None and self.route.replica_id is not None:
+        if not self._path.engine_died(exc):
+            return EngineDelta(token_ids=[], finish_reason="error", error=f"engine failure: {type(exc).__name__}")
+        if self.route is not None and self.route.replica_id is not None:
             self._path.router.replica_failed.remote(self.route.replica_id)
-        return EngineDelta(token_ids=[], finish_reason="error", error=f"engine failure: {type(exc).__name__}")
+        # What the client can act on: the turn is lost with its replica, another replica serves the retry.
+        return EngineDelta(token_ids=[], finish_reason="error",
+                           error="the engine replica serving this request was lost; retry the request")
 
     def _events(self, delta: EngineDelta) -> list[Any]:
         """One delta through the request state (ingress-side work: its exceptions are the ingress's, not the

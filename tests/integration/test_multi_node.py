@@ -269,6 +269,7 @@ def test_a_gpu_pod_dies_mid_stream(graph):
     for s in broken:
         assert s.status == 200 and s.error is not None and "transport" not in s.error, (s.prompt, s.error)
         assert s.error["type"] in retryable[s.api], (s.api, s.error)
+        assert "retry" in s.error["message"] and "Error" not in s.error["message"], s.error  # no class names
         assert s.ended_at - killed_at < 10, (s.prompt, s.ended_at - killed_at)
 
     # New requests go to the survivor at once, and the Router forgets the dead replica.
