@@ -74,6 +74,10 @@ class ModelSpec(_Strict):
     # Local checkpoint directory; None means the embedded default (prepared on first use).
     path: str | None = None
     context_window: int = 8192
+    # A server-side cap on each request's output tokens (None: what the window leaves). A client's larger max_tokens
+    # is granted up to it and told so (`x-agentserve-max-tokens-clamped`), as past the window: harnesses ask for
+    # 32K tokens a turn, which a small model on CPU spends repeating itself for many minutes.
+    max_output_tokens: int | None = Field(default=None, ge=1)
     reasoning_parser: str | None = "qwen3"
     tool_call_parser: str | None = "hermes"
     skip_special_tokens: bool = True

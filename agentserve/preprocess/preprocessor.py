@@ -376,10 +376,13 @@ class Preprocessor:
                 param="logit_bias",
             )
         requested = request.sampling.max_tokens
-        clamped = requested is not None and requested > window - n
-        if clamped and not self._clamp:
+        left = window - n
+        if requested is not None and requested > left and not self._clamp:
             raise ContextWindowExceeded(n, window, requested)
-        max_tokens = window - n if requested is None or clamped else requested
+        cap = self._model.max_output_tokens
+        limit = left if cap is None else min(left, cap)  # the server's cap is always granted, never refused
+        max_tokens = limit if requested is None else min(requested, limit)
+        clamped = requested is not None and requested > max_tokens
         opener = self._policy.think_open.strip()
         reasoning_started = bool(opener) and prompt.text.rstrip().endswith(opener)
         session = session_key(request)

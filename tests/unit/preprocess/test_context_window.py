@@ -1,5 +1,6 @@
 """Context accounting in the preprocessor: max_tokens past the window is clamped (or refused when clamping is off);
-a prompt that alone fills the window is refused with its counts, whatever the switch."""
+a prompt that alone fills the window is refused with its counts, whatever the switch; a model's server-side output
+cap is granted and reported, never refused."""
 
 from __future__ import annotations
 
@@ -54,6 +55,32 @@ def test_max_tokens_is_clamped_or_refused_by_what_the_window_leaves(pres, words,
         clamped = max_tokens is not None and max_tokens > left
         assert out.engine.max_tokens == (left if max_tokens is None or clamped else max_tokens)
         assert out.report.requested_max_tokens == (max_tokens if clamped else None)
+
+
+CAP = 100
+
+
+@pytest.fixture(scope="module")
+def capped(model_path):
+    spec = ModelSpec(context_window=WINDOW, max_output_tokens=CAP)
+    return {flag: Preprocessor(spec, str(model_path), 16, clamp_max_tokens=flag) for flag in (True, False)}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.integers(0, 300), max_tokens=st.one_of(st.none(), st.integers(1, 40_000)), clamp=st.booleans())
+def test_the_servers_output_cap_is_granted_and_reported_never_refused(capped, words, max_tokens, clamp):
+    pre = capped[clamp]
+    n = len(pre.render(_request(words, max_tokens).conversation).token_ids)
+    left = WINDOW - n
+    if left <= 0 or (max_tokens is not None and max_tokens > left and not clamp):
+        with pytest.raises(ContextWindowExceeded):  # the window's rules are the window's, cap or not
+            pre.preprocess(_request(words, max_tokens))
+        return
+    out = pre.preprocess(_request(words, max_tokens))
+    granted = min(left, CAP, max_tokens if max_tokens is not None else CAP)
+    assert out.engine.max_tokens == granted
+    # A client that asked for more is told what it got (x-agentserve-max-tokens-clamped); one that asked nothing is not.
+    assert out.report.requested_max_tokens == (max_tokens if max_tokens is not None and max_tokens > granted else None)
 
 
 def test_the_error_keeps_its_counts_across_a_pickle_hop():
