@@ -19,10 +19,13 @@ from agentserve.protocol.errors import ContextWindowExceeded
 WINDOW = 300
 
 
+def _by_clamp(model_path, spec: ModelSpec) -> dict[bool, Preprocessor]:
+    return {flag: Preprocessor(spec, str(model_path), 16, clamp_max_tokens=flag) for flag in (True, False)}
+
+
 @pytest.fixture(scope="module")
 def pres(model_path):
-    spec = ModelSpec(context_window=WINDOW)
-    return {flag: Preprocessor(spec, str(model_path), 16, clamp_max_tokens=flag) for flag in (True, False)}
+    return _by_clamp(model_path, ModelSpec(context_window=WINDOW))
 
 
 def _request(words: int, max_tokens: int | None) -> GenerationRequest:
@@ -33,11 +36,19 @@ def _request(words: int, max_tokens: int | None) -> GenerationRequest:
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.integers(0, 400), max_tokens=st.one_of(st.none(), st.integers(1, 40_000)), clamp=st.booleans())
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+MAX_TOKENS = st.one_of(st.none(), st.integers(1, 40_000))
+
+
+def _prompt_tokens(pre: Preprocessor, words: int) -> int:
+    return len(pre.render(_request(words, None).conversation).token_ids)
+
+
+@PROPERTY
+@given(words=st.integers(0, 400), max_tokens=MAX_TOKENS, clamp=st.booleans())
 def test_max_tokens_is_clamped_or_refused_by_what_the_window_leaves(pres, words, max_tokens, clamp):
     pre = pres[clamp]
-    n = len(pre.render(_request(words, max_tokens).conversation).token_ids)
+    n = _prompt_tokens(pre, words)
     left = WINDOW - n
     if left <= 0:
         with pytest.raises(ContextWindowExceeded) as exc:
@@ -62,16 +73,14 @@ CAP = 100
 
 @pytest.fixture(scope="module")
 def capped(model_path):
-    spec = ModelSpec(context_window=WINDOW, max_output_tokens=CAP)
-    return {flag: Preprocessor(spec, str(model_path), 16, clamp_max_tokens=flag) for flag in (True, False)}
+    return _by_clamp(model_path, ModelSpec(context_window=WINDOW, max_output_tokens=CAP))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.integers(0, 300), max_tokens=st.one_of(st.none(), st.integers(1, 40_000)), clamp=st.booleans())
+@PROPERTY
+@given(words=st.integers(0, 300), max_tokens=MAX_TOKENS, clamp=st.booleans())
 def test_the_servers_output_cap_is_granted_and_reported_never_refused(capped, words, max_tokens, clamp):
+    left = WINDOW - _prompt_tokens(capped[clamp], words)
     pre = capped[clamp]
-    n = len(pre.render(_request(words, max_tokens).conversation).token_ids)
-    left = WINDOW - n
     if left <= 0 or (max_tokens is not None and max_tokens > left and not clamp):
         with pytest.raises(ContextWindowExceeded):  # the window's rules are the window's, cap or not
             pre.preprocess(_request(words, max_tokens))
