@@ -65,7 +65,8 @@ def local_config(
     app["args"]["model"] = model or embedded
     app["args"]["engine"] = {"kind": "scripted", "block_size": 16, **engine}
     env = {"AGENTSERVE_POSTGRES_DSN": dsn, "AGENTSERVE_SECRET_KEY": secret_key or secrets.token_urlsafe(32)}
-    app["runtime_env"] = {**app.get("runtime_env", {}), "env_vars": {**app.get("runtime_env", {}).get("env_vars", {}), **env}}
+    runtime_env = app.setdefault("runtime_env", {})
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
     return cfg
 
 
@@ -76,9 +77,6 @@ class Node:
     role: str  # "head", "cpu", "gpu"
     node: Any  # ray._private.node.Node
     id: str = ""
-
-    def alive(self) -> bool:
-        return self.node.remaining_processes_alive()
 
 
 @dataclass

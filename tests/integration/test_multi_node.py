@@ -3,11 +3,14 @@
 
 Engine replicas land only on the GPU pods and the rest only on the CPU pod, as the generator's resources say; KV
 events, leases and heartbeats cross nodes (the Router on the CPU pod indexes blocks the GPU pods' engines made, and
-holds no lease once the streams end); a Responses chain continues on PostgreSQL whichever Ingress replica serves it, scoped to its key.
+holds no lease once the streams end); a Responses chain continues on PostgreSQL whichever Ingress replica serves it,
+scoped to its key.
+
 An upgrade that rolls every deployment while sessions stream on every node drops no stream and breaks no session
-(signed thinking, a stored chain, sealed reasoning). Then a GPU pod dies mid-stream: its streams end with a retryable
+(signed thinking, a stored chain, sealed reasoning). A GPU pod dies mid-stream: its streams end with a retryable
 error, the others finish token for token, new requests go to the survivor at once, the Router forgets the dead
-replica, and a replacement pod takes traffic.
+replica, and a replacement pod takes traffic. The CPU pod that holds the Router dies: the graph answers again on
+another CPU pod, and its sessions go on.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import psycopg
 import pytest
 
 from agentserve.bench.graph import wait_for
-from agentserve.deploy.local_cluster import APP, LocalCluster, deploy, local_cluster, local_config, local_values, placement
+from agentserve.deploy.local_cluster import (
+    APP, LocalCluster, deploy, local_cluster, local_config, local_values, placement,
+)
 from agentserve.ports import free_port
 from tests.integration.conftest import RULES
 from tests.integration.graph_probe import engine_active, router_stats
@@ -277,7 +282,7 @@ def test_a_gpu_pod_dies_mid_stream(graph):
     for i in range(3):
         assert client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": f"hi {i}"}]) \
             .choices[0].message.content == HELLO
-    wait_for(lambda: victim_replica not in router_stats(APP).replicas, 60, 0.5, what="the Router forgets the dead engine")
+    wait_for(lambda: victim_replica not in router_stats(APP).replicas, 60, 0.5, what="the Router drops the dead engine")
     print(f"[kill +{time.monotonic() - killed_at:.1f}s] the Router forgot the dead engine")
     assert survivor in router_stats(APP).replicas
 
