@@ -86,8 +86,7 @@ def engine_args(
 def engine_env(spec: EngineSpec) -> dict[str, str]:
     """The environment the engine core starts with. `enforce_eager` means no torch.compile anywhere in the engine:
     vLLM's sampler still compiles two small ops with inductor on their first use otherwise, which on a 2-core CPU
-    stalls the first request that asks for logprobs (measured on this 2-core machine: 4.9 s against 0.7 s with a warm
-    inductor cache, ~39 s in a fresh test run)."""
+    stalls the first request that asks for logprobs for seconds (tens of seconds with an empty inductor cache)."""
     return {"TORCHDYNAMO_DISABLE": "1"} if spec.enforce_eager else {}
 
 

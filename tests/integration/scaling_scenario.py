@@ -13,8 +13,6 @@ replicas.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from typing import Any, Callable
 
@@ -24,6 +22,7 @@ from agentserve.ports import free_port
 from agentserve.bench.graph import wait_for
 from tests.support.graph import serve_config
 from tests.support.keys import signing_key
+from tests.support.streams import Stream
 
 APP = "agentserve"
 WORDS = 120
@@ -43,39 +42,12 @@ def logged_wait(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -
     wait_for(check, timeout_s, 0.3, what=what)
 
 
-class Stream(threading.Thread):
-    """One streamed chat completion; keeps the text and the finish reason."""
-
-    def __init__(self, url: str, prompt: str) -> None:
-        super().__init__(daemon=True)
-        self.url, self.prompt = url, prompt
-        self.text, self.finish, self.error = "", None, None
-        self.first_chunk = threading.Event()
-
-    def run(self) -> None:
-        body = {"model": "smollm2", "messages": [{"role": "user", "content": self.prompt}], "stream": True}
-        try:
-            with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, timeout=120) as r:
-                r.raise_for_status()
-                for line in r.iter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    choice = json.loads(line[6:])["choices"][0]
-                    self.text += choice["delta"].get("content") or ""
-                    self.finish = choice.get("finish_reason") or self.finish
-                    self.first_chunk.set()
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion
-            self.error = repr(exc)
-        finally:
-            self.first_chunk.set()
-
-
 def start_streams(url: str, tag: str, n: int) -> list[Stream]:
     streams = [Stream(url, f"long {tag} {i}") for i in range(n)]
     for s in streams:
         s.start()
     for s in streams:
-        assert s.first_chunk.wait(60), "stream never started"
+        assert s.started.wait(60), "stream never started"
     return streams
 
 
@@ -148,7 +120,7 @@ def scenario(dashboard_url: str, port: int) -> None:
     for s in before + during + after:
         s.join(90)
         assert s.error is None, s.error
-        assert s.finish == "stop", (s.prompt, s.finish)
+        assert s.finished, (s.prompt, s.error)
     for s in before + during:
         assert s.text == REPLY, (s.prompt, len(s.text))  # every token, in order, across the drain
     assert after[0].text == "ok"
