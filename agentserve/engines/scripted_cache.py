@@ -27,7 +27,6 @@ from collections import OrderedDict
 from typing import Callable, Sequence
 
 from agentserve.protocol.token_ids import packed
-from agentserve.state.kept_turns import TokenHasher
 
 from agentserve.kv_events.format import BlockRemoved, BlockStored, KvEvent
 from agentserve.kv_events.block_hash import chain_digests, digest_value, root
@@ -207,15 +206,16 @@ class PromptHashes:
 
     A real engine's block hashing is its own cost; this double's stands for none, and an agent session's next prompt
     is its previous prompt plus a little: the hashes of the longest recent prompt (same adapter and salt) that the
-    new one starts with, checked by a digest of the ids, are kept, and only the blocks after it are hashed.
+    new one starts with, checked by comparing the ids themselves (a memcmp-speed array comparison, ~0.07 ms at 187K
+    ids, where a digest of them cost ~0.7), are kept, and only the blocks after it are hashed.
     """
 
     def __init__(self, block_size: int, max_blocks: int = 256 * 1024, tries: int = 2) -> None:
         self._bs = block_size
-        self._max = max_blocks  # ~100 bytes a block held (digest, hash value, list slots): ~25 MiB
+        self._max = max_blocks  # ~160 bytes a block held (ids, digest, hash value, list slots): ~40 MiB
         self._tries = tries
-        # (adapter, salt, n) -> a recent prompt: its length, the digest of its ids, its blocks' chain digests and hashes
-        self._recent: OrderedDict[tuple[str | None, str | None, int], tuple[int, bytes, list[bytes], list[int]]] = (
+        # (adapter, salt, n) -> a recent prompt: its ids, its blocks' chain digests and hashes
+        self._recent: OrderedDict[tuple[str | None, str | None, int], tuple[array, list[bytes], list[int]]] = (
             OrderedDict()
         )
         self._n = 0
@@ -225,20 +225,16 @@ class PromptHashes:
         prompt = packed(ids)
         blocks: list[bytes] = []
         values: list[int] = []
-        hasher = TokenHasher()
-        done = 0  # ids already fed to hasher
         tried = 0
         for key in reversed(self._recent):
             if key[:2] != (adapter, salt):
                 continue
-            length, digest, known, known_values = self._recent[key]
-            if length > len(prompt) or not known:
+            known_ids, known, known_values = self._recent[key]
+            if len(known_ids) > len(prompt) or not known:
                 continue
             tried += 1
-            check = TokenHasher()
-            check.update(prompt[:length])
-            if check.digest() == digest:
-                blocks, values, hasher, done = list(known), list(known_values), check, length
+            if prompt[: len(known_ids)] == known_ids:
+                blocks, values = list(known), list(known_values)
                 break
             if tried >= self._tries:
                 break
@@ -246,12 +242,11 @@ class PromptHashes:
         rest = chain_digests(prompt[start:], self._bs, blocks[-1] if blocks else root(adapter, salt))
         blocks += rest
         values += [digest_value(d) for d in rest]
-        hasher.update(prompt[done:])
         self._n += 1
         if len(blocks) <= self._max:
-            self._recent[(adapter, salt, self._n)] = (len(prompt), hasher.digest(), blocks, values)
+            self._recent[(adapter, salt, self._n)] = (array("I", prompt), blocks, values)
             self._held += len(blocks)
         while self._held > self._max:
-            _, (_, _, dropped, _) = self._recent.popitem(last=False)
+            _, (_, dropped, _) = self._recent.popitem(last=False)
             self._held -= len(dropped)
         return values

@@ -114,10 +114,10 @@ def _tool_result_text(block: ToolResultParam) -> str:
 class _TurnBuilder:
     """Turns in order; a user message may yield several (a mid_conv_system block splits it in place)."""
 
-    def __init__(self, signer: ThinkingSigner | None, caller: str) -> None:
+    def __init__(self, signer: ThinkingSigner | None, caller: str, origins: Origins | None = None) -> None:
         self.turns: list[Turn] = []
         self._signer = signer
-        self._origins = Origins(caller)
+        self._origins = origins if origins is not None else Origins(caller)
 
     def origin(self) -> Origin:
         """Where an assistant message after the turns so far stands (what its thinking is signed for)."""
@@ -254,10 +254,13 @@ def _tool_choice(req: CountTokensRequest, tools: tuple[ToolSpec, ...]):
     return "required" if isinstance(choice, ToolChoiceAny) else "auto"
 
 
-def conversation(req: CountTokensRequest, signer: ThinkingSigner | None, *, caller: str) -> Conversation:
+def conversation(
+    req: CountTokensRequest, signer: ThinkingSigner | None, *, caller: str, origins: Origins | None = None
+) -> Conversation:
     """The conversation the prompt is rendered from (create and count_tokens share it); thinking verified for
-    `caller` (signer None: not verified, for tools that only render)."""
-    builder = _TurnBuilder(signer, caller)
+    `caller` (signer None: not verified, for tools that only render). `origins`: the caller's, walked along as the
+    turns are built, so `origins.after(turns)` then names the reply's position without a second pass."""
+    builder = _TurnBuilder(signer, caller, origins)
     builder.system(_system_texts(req.system))
     for i, msg in enumerate(req.messages):
         where = f"messages.{i}"
@@ -330,6 +333,7 @@ def decode(
     signer: ThinkingSigner | None,
     caller: str,
     session_id: str | None = None,
+    origins: Origins | None = None,  # see `conversation`
 ) -> GenerationRequest:
     _check_thinking_budget(req)
     reject_unapplied(req, UNAPPLIED)
@@ -345,7 +349,7 @@ def decode(
     return GenerationRequest(
         request_id=request_id,
         model=model,
-        conversation=conversation(req, signer, caller=caller),
+        conversation=conversation(req, signer, caller=caller, origins=origins),
         sampling=sampling,
         hints=AgentHints(session_id=session_id or (user_id if isinstance(user_id, str) else None)),
         thinking=thinking_switch(req),

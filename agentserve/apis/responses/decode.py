@@ -59,6 +59,7 @@ _LOCAL_SHELL_PARAMS = {
 @dataclass(frozen=True)
 class Decoded:
     request: GenerationRequest
+    origin: Origin  # where the reply's reasoning stands (apis/origin.py): after the whole conversation
     tool_kinds: dict[str, ToolKind] = field(default_factory=dict)  # tool name -> how its calls are encoded
     namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # name the model sees -> (namespace, name)
 
@@ -356,6 +357,7 @@ def decode(
     for i, item in enumerate(items):
         decoder.add(item, f"input[{i}]")
     turns = decoder.finish()
+    origin = decoder.origin()  # the chain already walked while decoding: no second pass over the history
     if not any(t.role != "system" for t in turns) and not (req.generate is False and turns):
         # (a pre-warm, `generate: false`, may carry only instructions and developer items)
         raise RequestError("invalid_request", "input must contain at least one item", param="input")
@@ -380,4 +382,4 @@ def decode(
         output_format=_output_format(req.text),
         reasoning_effort=reasoning_effort(req.reasoning.effort if req.reasoning else None, "reasoning.effort"),
     )
-    return Decoded(request=gen, tool_kinds=kinds, namespaces=namespaces)
+    return Decoded(request=gen, origin=origin, tool_kinds=kinds, namespaces=namespaces)

@@ -17,7 +17,7 @@ from agentserve.apis import anthropic
 from agentserve.apis.anthropic import errors as anthropic_errors
 from agentserve.apis.anthropic import models as anthropic_models
 from agentserve.apis.anthropic.encode import PING, MessageEncoder, error_frame, message_id, sse, tool_use_id
-from agentserve.apis.origin import Origin, origin_after
+from agentserve.apis.origin import Origin, Origins
 from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
 from agentserve.protocol import Conversation, Preprocessed
@@ -150,6 +150,7 @@ class AnthropicMessagesHandler:
         body = await self._body(request, anthropic.MessagesRequest)
         served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
         caller = caller_scope()
+        origins = Origins(caller)
         gen = anthropic.decode(
             body,
             request_id=self._ctx.request_id(),
@@ -157,8 +158,9 @@ class AnthropicMessagesHandler:
             signer=self._signer,
             caller=caller,
             session_id=request.headers.get("x-claude-code-session-id"),
+            origins=origins,
         )
-        origin = origin_after(caller, gen.conversation.turns)
+        origin = origins.after(gen.conversation.turns)  # the decode walked them: nothing left to hash
         gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
         gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
         # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.

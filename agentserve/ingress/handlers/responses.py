@@ -16,7 +16,6 @@ from pydantic import TypeAdapter
 
 from agentserve import metrics
 from agentserve.apis import responses
-from agentserve.apis.origin import origin_after
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import ModelSpec
@@ -186,7 +185,7 @@ class ResponsesHandler:
             model_id=served.id,
             tool_kinds=decoded.tool_kinds,
             sealer=self._sealer,
-            origin=origin_after(owner, decoded.request.conversation.turns),
+            origin=decoded.origin,
             count_tokens=lambda text: len(tokenizer.encode(text, add_special_tokens=False)) if text else 0,
             namespaces=decoded.namespaces,
             sse=sse,

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from agentserve.apis import anthropic
 from agentserve.apis.anthropic import errors as anthropic_errors
 from agentserve.protocol import ReasoningBlock, TextBlock, ToolCallBlock, ToolResultBlock
-from agentserve.apis.origin import origin_after
+from agentserve.apis.origin import Origins, origin_after
 from agentserve.ingress.middleware.auth import hash_key
 from agentserve.protocol.errors import RequestError
 from tests.support.keys import signing_key
@@ -142,7 +142,10 @@ def test_malformed_bodies_never_escape_as_server_errors(body):
     """Every body is either decoded or refused with a 4xx in Anthropic's envelope."""
     try:
         req = anthropic.MessagesRequest.model_validate(body)
-        anthropic.decode(req, request_id="r", model="m", signer=SIGNER, caller=CALLER)
+        origins = Origins(CALLER)
+        gen = anthropic.decode(req, request_id="r", model="m", signer=SIGNER, caller=CALLER, origins=origins)
+        # the reply's position, walked along the decode, is the one a fresh walk over the decoded turns names
+        assert origins.after(gen.conversation.turns) == origin_after(CALLER, gen.conversation.turns)
     except ValidationError:
         return  # the HTTP layer turns this into 400 invalid_request_error
     except RequestError as err:

@@ -167,3 +167,5 @@ def test_decoder_on_random_bodies_fails_only_with_client_errors(body):
         assert err.status == 400
         return
     assert d.request.conversation.turns
+    # the reply's position, walked along the decode, is the one a fresh walk over the decoded turns names
+    assert d.origin == origin_after(CALLER, d.request.conversation.turns)
