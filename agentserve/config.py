@@ -216,7 +216,9 @@ class KeptTurnsSpec(_Strict):
     they expire. commit_wait_s: how long the end of a stream may wait for its turn's batch to be committed, so
     a follow-up sent the moment the stream ends finds it (the tokens themselves never wait). prompt_memo_bytes:
     the prompts each Preprocessor replica made, kept so a session's next turn extends its prompt without reading it
-    back (preprocess/incremental.py).
+    back (preprocess/incremental.py). conversation_memo_bytes: the conversations each Ingress replica last sent
+    per session, and each Preprocessor replica was sent, so a session's next request crosses as its new turns
+    (ingress/sent_conversations.py; 0: every request crosses whole).
     """
 
     enabled: bool = True
@@ -225,6 +227,7 @@ class KeptTurnsSpec(_Strict):
     ttl_s: float = Field(default=24 * 3600.0, gt=0)
     commit_wait_s: float = Field(default=0.25, ge=0)
     prompt_memo_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    conversation_memo_bytes: int = Field(default=128 * 1024 * 1024, ge=0)
 
 
 class StateSpec(_Strict):

@@ -71,6 +71,12 @@ RESPONSES_NOT_STORED = Counter(
     "store's or the owner's byte cap) or failed (the database refused); `previous_response_id` cannot name them",
     ["reason"], registry=REGISTRY,
 )
+CONVERSATION_CROSSINGS = Counter(
+    "agentserve_conversation_crossings_total",
+    "Conversations sent to the Preprocessor, by form: delta (only the turns after the session's previous request), "
+    "whole, or resent (a delta whose base the Preprocessor replica did not hold, then sent whole)",
+    ["form"], registry=REGISTRY,
+)
 PREAMBLE_STRIPPED = Counter(
     "agentserve_anthropic_preamble_stripped_total",
     "Anthropic requests whose x-anthropic-billing-header line was removed from the system prompt",

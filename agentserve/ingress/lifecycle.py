@@ -38,12 +38,15 @@ from agentserve.ingress.http import SSE_HEADERS
 from agentserve.ingress.observers import TurnEnded, TurnObserver
 from agentserve.ingress.observers.telemetry import StreamObserver, bind_request_id, observe_prefix, observe_route
 from agentserve.ingress.output.request_state import RequestState
-from agentserve.protocol import EngineDelta, GenerationRequest, Preprocessed, RouteDecision
+from agentserve.ingress.sent_conversations import SentConversations
+from agentserve.protocol import Conversation, EngineDelta, GenerationRequest, Preprocessed, RouteDecision
 from agentserve.protocol.errors import RequestError
 
 logger = logging.getLogger("ray.serve")
 
 C = TypeVar("C", covariant=True)
+
+_NO_TURNS = Conversation(turns=())  # a request whose conversation crosses as a delta beside it
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,25 @@ class RequestPath:
             if attach is not None:  # an observer that issues requests of its own (speculative prefill)
                 attach(self)
         self._releasing: set[asyncio.Task] = set()
+        self.sent = SentConversations(args.kept_turns.conversation_memo_bytes)
+
+    async def preprocess(self, request: GenerationRequest, scope: str, model: str) -> Preprocessed:
+        """The Preprocessor's answer; a session's conversation crosses as its new turns where the replica holds the
+        rest (ingress/sent_conversations.py), else whole."""
+        shipment = self.sent.ship(scope, model, request.session_key(), request.conversation)
+        if shipment is None:
+            metrics.CONVERSATION_CROSSINGS.labels("whole").inc()
+            return await self.preprocessor.preprocess.remote(request, scope, model)
+        form = "whole"
+        if shipment.delta is not None:
+            stub = request.model_copy(update={"conversation": _NO_TURNS})
+            pre = await self.preprocessor.preprocess.remote(stub, scope, model, shipment.delta, shipment.keep)
+            if pre is not None:
+                metrics.CONVERSATION_CROSSINGS.labels("delta").inc()
+                return pre
+            form = "resent"
+        metrics.CONVERSATION_CROSSINGS.labels(form).inc()
+        return await self.preprocessor.preprocess.remote(request, scope, model, None, shipment.keep)
 
     def tokenizer_for(self, model: str) -> Any:
         return self.tokenizers[model]
@@ -217,7 +239,7 @@ class RequestLifecycle:
             logger.debug("request %s carries client id %s", self.id, self._client_id)
         started = time.perf_counter()
         # The base model travels with the served id, so an adapter loaded at run time needs no Preprocessor map.
-        pre = await self._path.preprocessor.preprocess.remote(self.request, self._scope, self.model_id)
+        pre = await self._path.preprocess(self.request, self._scope, self.model_id)
         routing = time.perf_counter()
         metrics.QUEUE_TIME.labels(self.model_id, "preprocess").observe(routing - started)
         self.pre = pre

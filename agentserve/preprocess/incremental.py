@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
+from agentserve.bytes_lru import BytesLRU
 from agentserve.kv_events.block_hash import chain_digests, digest_value
 from agentserve.preprocess.template_render import RenderBudgetExceeded
 from agentserve.state.kept_turns import KeptTurn, token_digest
@@ -64,34 +64,17 @@ class PromptMemo:
     space (adapter, cache salt) is what seeds the block hashes: the same ids in two spaces hash apart."""
 
     def __init__(self, max_bytes: int = 256 << 20) -> None:
-        self._max = max_bytes
-        self._bytes = 0
-        self._entries: OrderedDict[tuple[bytes, Hashable], KnownPrompt] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lru: BytesLRU[tuple[bytes, Hashable], KnownPrompt] = BytesLRU(max_bytes)
 
     def get(self, digest: bytes, space: Hashable) -> KnownPrompt | None:
-        with self._lock:
-            hit = self._entries.get((digest, space))
-            if hit is not None:
-                self._entries.move_to_end((digest, space))
-            return hit
+        return self._lru.get((digest, space))
 
     def put(self, digest: bytes, space: Hashable, prompt: KnownPrompt) -> None:
-        if prompt.nbytes > self._max:
-            return
-        with self._lock:
-            old = self._entries.pop((digest, space), None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._entries[(digest, space)] = prompt
-            self._bytes += prompt.nbytes
-            while self._bytes > self._max:
-                _, dropped = self._entries.popitem(last=False)
-                self._bytes -= dropped.nbytes
+        self._lru.put((digest, space), prompt, prompt.nbytes)
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        return self._lru.nbytes
 
 
 def rebuild(last: KeptTurn, kept: dict[str, KeptTurn]) -> array | None:

@@ -67,17 +67,6 @@ class ReplayKeys:
     prefix: str  # digest of the whole conversation: the ingress keeps the turn that follows under it
 
 
-def session_key(request: GenerationRequest) -> str:
-    """The client's session id, else a hash of the first user turn (stable across turns, unlike the system prompt)."""
-    if request.hints.session_id:
-        return request.hints.session_id
-    for turn in request.conversation.turns:
-        if turn.role == "user":
-            text = "".join(b.text for b in turn.blocks if isinstance(b, TextBlock))
-            return "h:" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-    return ""
-
-
 def _caller_session(scope: str, session: str) -> str:
     """A session key the router can hold without mixing callers: the caller's identity and its session, digested."""
     if not session:
@@ -385,7 +374,7 @@ class Preprocessor:
         clamped = requested is not None and requested > max_tokens
         opener = self._policy.think_open.strip()
         reasoning_started = bool(opener) and prompt.text.rstrip().endswith(opener)
-        session = session_key(request)
+        session = request.session_key()
         # Built from this replica's own tokens and hashes: validated by construction, not element by element (at
         # 187K tokens pydantic's check of every id and block hash cost ~2.5 ms a request).
         engine = EngineRequest.model_construct(

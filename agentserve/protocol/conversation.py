@@ -124,3 +124,51 @@ class Conversation(BaseModel):
 
 def _conversation_from_data(data: dict[str, Any]) -> Conversation:
     return Conversation.model_validate(data)
+
+
+class ConversationDelta(BaseModel):
+    """A conversation sent as what follows one its receiver was sent before: an agent session's next request
+    repeats the whole history, and this carries only the turns after it (ingress/sent_conversations.py).
+
+    `base` is the id the earlier conversation is kept under on the receiver (`KeepAs`), `base_turns` its length;
+    the tools, tool choice and parallel-calls switch are the earlier conversation's (a request that changes them
+    is sent whole)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base: str
+    base_turns: int
+    turns: tuple[Turn, ...]
+
+    def apply(self, earlier: Conversation) -> Conversation | None:
+        """The whole conversation (None: `earlier` is not the one this delta was made against)."""
+        if len(earlier.turns) != self.base_turns:
+            return None
+        return earlier.model_copy(update={"turns": earlier.turns + self.turns})
+
+
+class KeepAs(BaseModel):
+    """Keep the conversation of this request under `id` for the sender's next delta; `nbytes`: what it holds, as the
+    sender estimated it (the receiver's memo is bounded in bytes)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    nbytes: int
+
+
+def approx_nbytes(turns: tuple[Turn, ...]) -> int:
+    """What `turns` hold, about: their strings' lengths plus a fixed cost per block (a memo's bound, not a size)."""
+    n = 0
+    for turn in turns:
+        for b in turn.blocks:
+            n += 96
+            if isinstance(b, (TextBlock, ReasoningBlock)):
+                n += len(b.text) + len(getattr(b, "signature", None) or "")
+            elif isinstance(b, ToolCallBlock):
+                n += len(b.id) + len(b.name) + len(b.arguments)
+            elif isinstance(b, ToolResultBlock):
+                n += len(b.tool_call_id) + len(b.content)
+            elif isinstance(b, ImageBlock):
+                n += len(b.url)
+    return n

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -79,6 +81,16 @@ class GenerationRequest(BaseModel):
     output_format: OutputFormat | None = None  # None: free text
     # How hard to think: "none" turns thinking off; other levels map to a budget per model (ModelSpec).
     reasoning_effort: ReasoningEffort | None = None
+
+    def session_key(self) -> str:
+        """The client's session id, else a hash of the first user turn (stable across turns, unlike the system
+        prompt); "" without either."""
+        if self.hints.session_id:
+            return self.hints.session_id
+        for turn in self.conversation.turns:
+            if turn.role == "user":
+                return "h:" + hashlib.blake2b(turn.text().encode(), digest_size=8).hexdigest()
+        return ""
 
 
 class EngineRequest(BaseModel):

@@ -21,8 +21,9 @@ from typing import Any, Callable, TypeVar
 from ray import serve
 
 from agentserve.config import ResolvedCatalog, ServeArgs
+from agentserve.bytes_lru import BytesLRU
 from agentserve.preprocess.preprocessor import Preprocessor
-from agentserve.protocol import Conversation, GenerationRequest, Preprocessed
+from agentserve.protocol import Conversation, ConversationDelta, GenerationRequest, KeepAs, Preprocessed
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
@@ -54,6 +55,8 @@ class PreprocessorReplica:
             self._served[m.id] = (pre, None)
             self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)
         self._default = resolved.default.id
+        # (caller, id) -> a conversation an Ingress replica sent, for its session's next request's delta
+        self._conversations: BytesLRU[tuple[str, str], Conversation] = BytesLRU(a.kept_turns.conversation_memo_bytes)
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="preprocess")
         freeze_startup_heap()
 
@@ -83,11 +86,29 @@ class PreprocessorReplica:
             raise RequestError("not_found", f"model '{served_id}' is not served", param="model")
         return found
 
-    async def preprocess(self, request: GenerationRequest, scope: str = "", base: str | None = None) -> Preprocessed:
+    async def preprocess(
+        self,
+        request: GenerationRequest,
+        scope: str = "",
+        base: str | None = None,
+        delta: ConversationDelta | None = None,
+        keep: KeepAs | None = None,
+    ) -> Preprocessed | None:
         """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters'),
-        `base` the catalog model that serves it."""
+        `base` the catalog model that serves it. `delta`: the request's conversation is the one kept under
+        `delta.base` and these turns (None when this replica does not hold it: the caller sends it whole);
+        `keep`: keep this request's conversation for the next delta (ingress/sent_conversations.py)."""
         pre, adapter = self._for(request.model, base)
-        return await self._off_loop(pre.preprocess, request, scope, adapter=adapter)
+        if delta is not None:
+            earlier = self._conversations.get((scope, delta.base))
+            conversation = delta.apply(earlier) if earlier is not None else None
+            if conversation is None:
+                return None
+            request = request.model_copy(update={"conversation": conversation})
+        out = await self._off_loop(pre.preprocess, request, scope, adapter=adapter)
+        if keep is not None:
+            self._conversations.put((scope, keep.id), request.conversation, keep.nbytes)
+        return out
 
     async def render_tokens(
         self,

@@ -67,8 +67,20 @@ class Graph:
     def __init__(self, deltas: list[Any], *, route: Any = None, keepalive_s: float = 5.0) -> None:
         tokenizer = TOKENIZER[0]
         self.stream = FakeStream(deltas)
+        self.preprocessed: list[GenerationRequest] = []  # what the fake Preprocessor rendered, deltas applied
+        kept: dict[str, Conversation] = {}
 
-        async def preprocess(req: GenerationRequest, scope: str = "", base: str | None = None) -> Preprocessed:
+        async def preprocess(
+            req: GenerationRequest, scope: str = "", base: str | None = None, delta: Any = None, keep: Any = None
+        ) -> Preprocessed | None:
+            if delta is not None:  # as a replica does (serve/deployments/preprocessor.py)
+                earlier = kept.get(delta.base)
+                if earlier is None or delta.apply(earlier) is None:
+                    return None
+                req = req.model_copy(update={"conversation": delta.apply(earlier)})
+            if keep is not None:
+                kept[keep.id] = req.conversation
+            self.preprocessed.append(req)
             return Preprocessed(
                 engine=EngineRequest(
                     request_id=req.request_id, model=req.model, token_ids=[1, 2, 3], sampling=SamplingParams(),

@@ -65,7 +65,7 @@ class Served:
 
     def prompt_reasoning(self) -> list[str]:
         """The reasoning the last generation's conversation rendered as the model's own."""
-        gen = self.graph.preprocessor.preprocess.calls[-1][0]
+        gen = self.graph.preprocessed[-1]
         return [b.text for t in gen.conversation.turns for b in t.blocks if isinstance(b, ReasoningBlock)]
 
 
@@ -196,5 +196,5 @@ def test_unsealed_reasoning_content_is_not_rendered_as_the_models_own(served):
              {"type": "message", "role": "user", "content": "Go on."}]  # fmt: skip
     assert served.post("/v1/responses", ALICE, _responses(items)).status_code == 200
     assert served.prompt_reasoning() == []
-    prompt = served.graph.preprocessor.preprocess.calls[-1][0].conversation
+    prompt = served.graph.preprocessed[-1].conversation
     assert forged not in repr(prompt)
