@@ -28,7 +28,7 @@ from agentserve.preprocess.template_kwargs import TemplateKwargs
 from agentserve.preprocess.template_render import BudgetedTemplate, OutputTooLong, RenderBudget, RenderBudgetExceeded
 from agentserve.preprocess.thinking_switch import probe as probe_thinking_switch
 from agentserve.preprocess.tokenizer import load_tokenizer
-from agentserve.preprocess.turn_digest import chain, header_digest, kept_key
+from agentserve.preprocess.turn_digest import TurnChains, header_digest, kept_key
 from agentserve.protocol import (
     Conversation,
     EngineRequest,
@@ -121,6 +121,7 @@ class Preprocessor:
         self._spans = SpanMemo()  # where earlier turns sit in their renderings, so each is rendered once
         self._incremental = incremental  # (with kept turns only)
         self._prompts = PromptMemo(memo_bytes)
+        self._chains = TurnChains(memo_bytes // 8)
         self._windows = WindowProbe(self._probe_window)
         self._sort_tools = sort_tools
         self._tok = load_tokenizer(model_path)
@@ -336,7 +337,7 @@ class Preprocessor:
         conv = request.conversation
         served = self._model.id if adapter is None else f"{self._model.id}\x00lora\x00{adapter}"
         header = header_digest(scope + self._render_id, served, conv, request.template_kwargs, request.thinking)
-        digests = chain(header, conv.turns)
+        digests = self._chains.chain(header, conv.turns)
         slots = {
             i: kept_key(digests[i])
             for i, turn in enumerate(conv.turns[:-1])
