@@ -109,27 +109,28 @@ def chain(header: bytes, turns: Sequence[Turn]) -> list[bytes]:
 
 class TurnChains:
     """`chain` for a replica that is sent a session's conversation as new turns after one it holds
-    (ingress/sent_conversations.py): the earlier turns are then the very objects of the earlier request, and their
-    digests are taken from it instead of hashed again. Keyed by the identity of a conversation's last turn (held, so
-    the identity is not reused) and its place: a Turn object only ever follows the same turns (deltas append), so the
-    digests through it are those of every conversation it ends a prefix of."""
+    (ingress/sent_conversations.py): the digests of the turns it already hashed for the earlier request are taken
+    from it instead of hashed again. Looked up by the identity of a trailing turn, and used only where the turns up
+    to it are the remembered ones: a tuple comparison that costs next to nothing when they are the same objects (a
+    delta applied) and compares content otherwise (equal turns have equal digests either way)."""
 
     LOOKBACK = 16  # how many trailing turns may be new since the chain remembered
 
     def __init__(self, max_bytes: int) -> None:
-        self._memo: BytesLRU[tuple[int, bytes], tuple[Turn, int, list[bytes]]] = BytesLRU(max_bytes)
+        self._memo: BytesLRU[tuple[int, bytes], tuple[tuple[Turn, ...], list[bytes]]] = BytesLRU(max_bytes)
 
     def chain(self, header: bytes, turns: Sequence[Turn]) -> list[bytes]:
+        turns = tuple(turns)
         digests: list[bytes] | None = None
         for i in range(len(turns) - 1, max(-1, len(turns) - 1 - self.LOOKBACK), -1):
             hit = self._memo.get((id(turns[i]), header))
-            if hit is not None and hit[0] is turns[i] and hit[1] == i:
-                digests = hit[2] + chain(hit[2][-1], turns[i + 1 :])
+            if hit is not None and len(hit[0]) == i + 1 and hit[0] == turns[: i + 1]:
+                digests = hit[1] + chain(hit[1][-1], turns[i + 1 :])
                 break
         if digests is None:
             digests = chain(header, turns)
         if turns:
-            self._memo.put((id(turns[-1]), header), (turns[-1], len(turns) - 1, digests), 64 * len(digests) + 256)
+            self._memo.put((id(turns[-1]), header), (turns, digests), 64 * len(digests) + 256)
         return digests
 
 
