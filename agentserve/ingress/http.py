@@ -70,7 +70,7 @@ def parse_json(raw: bytes | str, model: type[M], spec: LimitsSpec) -> M:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RequestError("invalid_request", f"request body is not valid JSON: {exc}") from exc
-    limits.check_body(data, spec)
+    limits.check_body(data, spec, len(raw))
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -76,19 +76,21 @@ async def read_body(request: Request, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the request body") -> None:
+def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the request body", *, strings: bool = True) -> None:
     """One pass over a parsed JSON value that refuses it as soon as a limit is passed: at most `max_json_items`
     elements and members counted (each container by its length, before its children are visited, so a huge array
-    costs one `len`), containers past `depth_cap` refused before they are entered, strings past `max_string_chars`.
+    costs one `len`), containers past `depth_cap` refused before they are entered, strings past `max_string_chars`
+    (`strings` False: not looked at, for a document too short to hold one that long).
     Linear in what it visits and never more than the limits; the stack holds containers, not one entry per item."""
     items, longest = 0, 0
     stack: list[tuple[Any, int]] = [(value, 1)]
+    containers = (dict, list)
     while stack:
         v, d = stack.pop()
         if isinstance(v, str):
             longest = max(longest, len(v))
             continue
-        if not isinstance(v, (dict, list)):
+        if not isinstance(v, containers):
             continue
         if d > depth_cap:
             raise RequestError("invalid_request", f"{where} is nested more than {depth_cap} deep (the limit)")
@@ -100,13 +102,16 @@ def _walk(value: Any, spec: LimitsSpec, depth_cap: int, where: str = "the reques
                 f"the limit is {spec.max_json_items}",
             )
         children = v.values() if isinstance(v, dict) else v
+        if not strings:
+            stack.extend([(item, d + 1) for item in children if isinstance(item, containers)])
+            continue
         if isinstance(v, dict):
             for k in v:
                 longest = max(longest, len(k))
         for item in children:
             if isinstance(item, str):
                 longest = max(longest, len(item))
-            elif isinstance(item, (dict, list)):
+            elif isinstance(item, containers):
                 stack.append((item, d + 1))
         if longest > spec.max_string_chars:
             raise RequestError(
@@ -127,10 +132,12 @@ def _tool_schema(tool: Any) -> Any:
     return tool
 
 
-def check_body(data: Any, spec: LimitsSpec) -> None:
+def check_body(data: Any, spec: LimitsSpec, size: int | None = None) -> None:
     """Raise RequestError when a parsed request body is past a configured limit (one bounded walk, then the
-    counts of the fields that have their own limit, then each tool schema's depth)."""
-    _walk(data, spec, spec.max_json_depth)
+    counts of the fields that have their own limit, then each tool schema's depth). `size`: the document's length
+    as sent (bytes or characters); no string in it is longer, so at most `max_string_chars` its strings are not
+    measured."""
+    _walk(data, spec, spec.max_json_depth, strings=size is None or size > spec.max_string_chars)
     if not isinstance(data, dict):
         return
     for name in ("messages", "input"):

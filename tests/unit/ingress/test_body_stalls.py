@@ -255,3 +255,28 @@ def test_an_uncompressed_body_is_held_to_the_decoded_cap_as_it_arrives():
             return await c.post("/v1/messages", content=chunks(), headers={"content-type": "application/json"})
 
     assert asyncio.run(go()).status_code == 413
+
+
+_docs = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner, max_size=6),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_docs, st.integers(1, 40), st.integers(1, 60), st.integers(2, 8))
+def test_told_the_size_the_walk_refuses_exactly_what_it_refused(doc, strings, items, depth):
+    """A document no longer than `max_string_chars` holds no string that long, so the walk told its size skips
+    measuring strings: it must refuse exactly what the full walk refuses, with the same error."""
+    spec = LimitsSpec(max_string_chars=strings, max_json_items=items, max_json_depth=depth)
+    raw = orjson.dumps(doc)
+
+    def outcome(size: int | None) -> tuple[str, str] | None:
+        try:
+            check_body(orjson.loads(raw), spec, size)
+        except RequestError as err:
+            return err.kind, err.message
+        return None
+
+    assert outcome(len(raw)) == outcome(None)
