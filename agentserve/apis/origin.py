@@ -89,6 +89,15 @@ class Origins:
         self._seen = len(turns)
         return Origin(self._caller, self._position)
 
+    def state(self) -> tuple[bytes, bytes]:
+        """Where the walk stands (for `resume` over a conversation that repeats the turns walked)."""
+        return self._chain, self._position
+
+    def resume(self, state: tuple[bytes, bytes], seen: int) -> None:
+        """Continue from `state` as if the first `seen` turns of the list `after` is given had been walked."""
+        self._chain, self._position = state
+        self._seen = seen
+
 
 def origin_after(caller: str, turns: Sequence[Turn]) -> Origin:
     """Where the assistant turn generated after `turns` stands: what the server issues its reasoning's proofs for."""

@@ -5,7 +5,7 @@ Request ids are the server's own (ingress/middleware/request_id.py); a client's 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import orjson
 from fastapi import Request
@@ -37,16 +37,19 @@ def describe_validation(errors: list[Any]) -> str:
 INLINE_BODY_BYTES = 16 * 1024
 
 
-async def parse_body(request: Request, model: type[M], spec: LimitsSpec) -> M:
-    """The body, read under `spec`'s size limits, decompressed, then validated into `model`."""
+async def parse_body(
+    request: Request, model: type[M], spec: LimitsSpec, validate: Callable[[Any], M] | None = None
+) -> M:
+    """The body, read under `spec`'s size limits, decompressed, then validated into `model` (by `validate(data)`
+    where given: a validation that reuses an earlier request's, its errors answered as pydantic's are)."""
     encoding = request.headers.get("content-encoding")
     identity = not encoding or encoding.strip().lower() == "identity"
     # an uncompressed body is already the decoded document: it is held to that cap as it arrives
     cap = min(spec.max_body_bytes, spec.max_decompressed_bytes) if identity else spec.max_body_bytes
     raw = await limits.read_body(request, cap)
     if identity and len(raw) <= INLINE_BODY_BYTES:
-        return decode_json(raw, encoding, model, spec)
-    return await asyncio.to_thread(decode_json, raw, encoding, model, spec)
+        return decode_json(raw, encoding, model, spec, validate)
+    return await asyncio.to_thread(decode_json, raw, encoding, model, spec, validate)
 
 
 async def parse_frame(text: str, model: type[M], spec: LimitsSpec) -> M:
@@ -56,13 +59,19 @@ async def parse_frame(text: str, model: type[M], spec: LimitsSpec) -> M:
     return await asyncio.to_thread(parse_json, text, model, spec)
 
 
-def decode_json(raw: bytes, content_encoding: str | None, model: type[M], spec: LimitsSpec) -> M:
+def decode_json(
+    raw: bytes,
+    content_encoding: str | None,
+    model: type[M],
+    spec: LimitsSpec,
+    validate: Callable[[Any], M] | None = None,
+) -> M:
     """A raw request body decompressed (bounded by `max_decompressed_bytes`), then `parse_json`: all of the CPU
     work a body costs before a handler sees it, in one call a worker thread can run."""
-    return parse_json(decode_body(raw, content_encoding, spec.max_decompressed_bytes), model, spec)
+    return parse_json(decode_body(raw, content_encoding, spec.max_decompressed_bytes), model, spec, validate)
 
 
-def parse_json(raw: bytes | str, model: type[M], spec: LimitsSpec) -> M:
+def parse_json(raw: bytes | str, model: type[M], spec: LimitsSpec, validate: Callable[[Any], M] | None = None) -> M:
     """A JSON document (a decoded request body, or a WebSocket frame) into `model`, under the same body limits."""
     if len(raw) > spec.max_decompressed_bytes:
         raise RequestError("too_large", f"request body exceeds {spec.max_decompressed_bytes} bytes")
@@ -72,6 +81,6 @@ def parse_json(raw: bytes | str, model: type[M], spec: LimitsSpec) -> M:
         raise RequestError("invalid_request", f"request body is not valid JSON: {exc}") from exc
     limits.check_body(data, spec, len(raw))
     try:
-        return model.model_validate(data)
+        return model.model_validate(data) if validate is None else validate(data)
     except ValidationError as exc:
         raise RequestError("invalid_request", describe_validation(exc.errors())) from exc

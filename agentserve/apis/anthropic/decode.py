@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from agentserve.apis.anthropic.schema import (
@@ -216,6 +217,11 @@ def sign_thinking(messages: Sequence[dict[str, Any]], signer: ThinkingSigner, *,
     return out
 
 
+def system_turns(req: CountTokensRequest) -> int:
+    """How many turns the `system` field becomes (0 or 1): the turns before the messages'."""
+    return 1 if _joined_text(_system_texts(req.system)) else 0
+
+
 def _system_texts(system: str | list[TextParam] | None) -> list[str]:
     if system is None:
         return []
@@ -254,15 +260,38 @@ def _tool_choice(req: CountTokensRequest, tools: tuple[ToolSpec, ...]):
     return "required" if isinstance(choice, ToolChoiceAny) else "auto"
 
 
+@dataclass(frozen=True, slots=True)
+class KnownMessages:
+    """Leading messages of a request as an earlier request of the same caller's session had them, decoded
+    (apis/anthropic/session_memo.py): their turns and the origin walk after them are taken, not built again."""
+
+    count: int  # how many of the request's messages
+    turns: tuple[Turn, ...]  # the turns they became (after the `system` field's)
+    origins: tuple[bytes, bytes]  # Origins.state() after them
+
+
 def conversation(
-    req: CountTokensRequest, signer: ThinkingSigner | None, *, caller: str, origins: Origins | None = None
+    req: CountTokensRequest,
+    signer: ThinkingSigner | None,
+    *,
+    caller: str,
+    origins: Origins | None = None,
+    known: KnownMessages | None = None,
 ) -> Conversation:
     """The conversation the prompt is rendered from (create and count_tokens share it); thinking verified for
     `caller` (signer None: not verified, for tools that only render). `origins`: the caller's, walked along as the
-    turns are built, so `origins.after(turns)` then names the reply's position without a second pass."""
+    turns are built, so `origins.after(turns)` then names the reply's position without a second pass. `known`: the
+    leading messages already decoded (their signatures were verified for this caller at these places)."""
+    origins = origins if origins is not None else Origins(caller)
     builder = _TurnBuilder(signer, caller, origins)
     builder.system(_system_texts(req.system))
-    for i, msg in enumerate(req.messages):
+    start = 0
+    if known is not None:
+        builder.turns.extend(known.turns)
+        origins.resume(known.origins, len(builder.turns))
+        start = known.count
+    for i in range(start, len(req.messages)):
+        msg = req.messages[i]
         where = f"messages.{i}"
         if msg.role == "user":
             builder.user(msg, where)
@@ -334,6 +363,7 @@ def decode(
     caller: str,
     session_id: str | None = None,
     origins: Origins | None = None,  # see `conversation`
+    known: KnownMessages | None = None,  # see `conversation`
 ) -> GenerationRequest:
     _check_thinking_budget(req)
     reject_unapplied(req, UNAPPLIED)
@@ -349,7 +379,7 @@ def decode(
     return GenerationRequest(
         request_id=request_id,
         model=model,
-        conversation=conversation(req, signer, caller=caller, origins=origins),
+        conversation=conversation(req, signer, caller=caller, origins=origins, known=known),
         sampling=sampling,
         hints=AgentHints(session_id=session_id or (user_id if isinstance(user_id, str) else None)),
         thinking=thinking_switch(req),

@@ -16,6 +16,8 @@ from agentserve import metrics
 from agentserve.apis import anthropic
 from agentserve.apis.anthropic import errors as anthropic_errors
 from agentserve.apis.anthropic import models as anthropic_models
+from agentserve.apis.anthropic.decode import system_turns
+from agentserve.apis.anthropic.session_memo import MessageMemo
 from agentserve.apis.anthropic.encode import PING, MessageEncoder, error_frame, message_id, sse, tool_use_id
 from agentserve.apis.origin import Origin, Origins
 from agentserve.config import ModelSpec
@@ -119,13 +121,14 @@ class AnthropicMessagesHandler:
     def __init__(self, ctx: IngressContext) -> None:
         self._ctx = ctx
         self._signer = anthropic.ThinkingSigner(ctx.args.secret_key, previous=ctx.args.previous_secret_keys)
+        self._messages = MessageMemo(ctx.args.kept_turns.conversation_memo_bytes)  # per session: decoded requests
 
     # -- shared steps ---------------------------------------------------------------------------
-    async def _body(self, request: Request, schema: type):
+    async def _body(self, request: Request, schema: type, validate: Any = None):
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
             raise RequestError("too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
-        return await parse_body(request, schema, self._ctx.args.limits)
+        return await parse_body(request, schema, self._ctx.args.limits, validate)
 
     def _strip(self, conversation: Conversation, endpoint: str) -> Conversation:
         if not self._ctx.args.strip_anthropic_preamble:
@@ -147,9 +150,14 @@ class AnthropicMessagesHandler:
         return anthropic_errors.status(err)
 
     async def decode(self, request: Request) -> Decoded:
-        body = await self._body(request, anthropic.MessagesRequest)
-        served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
         caller = caller_scope()
+        session = request.headers.get("x-claude-code-session-id")
+        memo_key = (caller, session) if session else None
+        validated = await self._body(
+            request, anthropic.MessagesRequest, lambda data: self._messages.validate(data, memo_key)
+        )
+        body = validated.request
+        served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
         origins = Origins(caller)
         gen = anthropic.decode(
             body,
@@ -157,10 +165,12 @@ class AnthropicMessagesHandler:
             model=served.id,
             signer=self._signer,
             caller=caller,
-            session_id=request.headers.get("x-claude-code-session-id"),
+            session_id=session,
             origins=origins,
+            known=validated.known,
         )
         origin = origins.after(gen.conversation.turns)  # the decode walked them: nothing left to hash
+        self._messages.remember(memo_key, validated, gen.conversation, system_turns(body), origins.state())
         gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
         gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
         # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.

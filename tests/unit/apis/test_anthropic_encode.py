@@ -86,7 +86,8 @@ def test_parallel_off_keeps_the_first_call_and_stop_reasons():
 
 
 def _handler(interval: float) -> AnthropicMessagesHandler:
-    ctx = SimpleNamespace(args=SimpleNamespace(secret_key=signing_key("unit"), previous_secret_keys=(), keepalive_interval_s=interval))
+    ctx = SimpleNamespace(args=SimpleNamespace(secret_key=signing_key("unit"), previous_secret_keys=(), keepalive_interval_s=interval,
+                                          kept_turns=SimpleNamespace(conversation_memo_bytes=0)))
     return AnthropicMessagesHandler(ctx)  # type: ignore[arg-type]
 
 
