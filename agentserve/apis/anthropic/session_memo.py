@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from agentserve.apis.anthropic.decode import KnownMessages
 from agentserve.apis.anthropic.schema import MessageParam, MessagesRequest
 from agentserve.bytes_lru import BytesLRU
@@ -46,7 +48,11 @@ class MessageMemo:
         messages = data.get("messages") if isinstance(data, dict) else None
         last = self._previous.get(key) if key is not None and isinstance(messages, list) else None
         if last is not None and len(messages) > len(last.raw) and messages[: len(last.raw)] == last.raw:  # type: ignore[arg-type]
-            rest = MessagesRequest.model_validate({**data, "messages": messages[len(last.raw) :]})  # type: ignore[index]
+            try:
+                rest = MessagesRequest.model_validate({**data, "messages": messages[len(last.raw) :]})  # type: ignore[index]
+            except ValidationError:
+                MessagesRequest.model_validate(data)  # the error as the whole body has it (its message indexes)
+                raise
             whole = rest.model_copy(update={"messages": [*last.params, *rest.messages]})
             return Validated(whole, last.known, messages, last.nbytes)  # type: ignore[arg-type]
         return Validated(MessagesRequest.model_validate(data), None, messages if isinstance(messages, list) else [])

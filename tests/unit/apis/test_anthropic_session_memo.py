@@ -10,6 +10,7 @@ import copy
 
 import orjson
 import pytest
+from pydantic import ValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from agentserve.apis import anthropic
 from agentserve.apis.anthropic.decode import system_turns
 from agentserve.apis.anthropic.session_memo import MessageMemo
 from agentserve.apis.origin import Origins, origin_after
+from agentserve.ingress.http import describe_validation
 from agentserve.ingress.middleware.auth import hash_key
 from agentserve.protocol.errors import RequestError
 from tests.support.keys import signing_key
@@ -112,6 +114,17 @@ def test_the_next_turn_decodes_only_its_new_messages_and_a_forged_one_is_still_r
     forged["content"][0]["thinking"] = "Thinking something else."  # not what was signed
     with pytest.raises(RequestError, match="Invalid `signature`"):
         _through(memo, _body([*nxt, forged, _result(5)]))
+
+
+def test_a_malformed_new_message_is_named_where_it_stands_in_the_body():
+    memo = MessageMemo(1 << 24)
+    messages = [{"role": "user", "content": "Fix the failing test."}]
+    messages = [*messages, _assistant(messages, 1), _result(1)]
+    _through(memo, _body(messages))
+    bad = [*messages, _assistant(messages, 2), {"role": "user", "content": [{"type": "tool_result"}]}]
+    with pytest.raises(ValidationError) as refused:
+        memo.validate(orjson.loads(orjson.dumps(_body(bad))), (ALICE, "s1"))
+    assert describe_validation(refused.value.errors()).startswith("invalid request: messages.4.content")
 
 
 def test_another_caller_never_decodes_against_this_callers_session():
