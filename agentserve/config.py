@@ -216,9 +216,10 @@ class KeptTurnsSpec(_Strict):
     they expire. commit_wait_s: how long the end of a stream may wait for its turn's batch to be committed, so
     a follow-up sent the moment the stream ends finds it (the tokens themselves never wait). prompt_memo_bytes:
     the prompts each Preprocessor replica made, kept so a session's next turn extends its prompt without reading it
-    back (preprocess/incremental.py). conversation_memo_bytes: the conversations each Ingress replica last sent
-    per session, and each Preprocessor replica was sent, so a session's next request crosses as its new turns
-    (ingress/sent_conversations.py; 0: every request crosses whole).
+    back (preprocess/incremental.py). conversation_memo_bytes: the bound of each per-session memory of a replica:
+    the conversations each Ingress replica last sent and each Preprocessor replica was sent, so a session's next
+    request crosses as its new turns (ingress/sent_conversations.py), and the Messages requests each Ingress replica
+    last decoded, so the next decodes only its new messages (apis/anthropic/session_memo.py); 0: all of it whole.
     """
 
     enabled: bool = True
