@@ -244,7 +244,7 @@ class PromptHashes:
         values += [digest_value(d) for d in rest]
         self._n += 1
         if len(blocks) <= self._max:
-            self._recent[(adapter, salt, self._n)] = (array("I", prompt), blocks, values)
+            self._recent[(adapter, salt, self._n)] = (prompt, blocks, values)  # packed ids are never mutated
             self._held += len(blocks)
         while self._held > self._max:
             _, (_, dropped, _) = self._recent.popitem(last=False)

@@ -44,11 +44,11 @@ class SentConversations:
             return None
         key = (scope, model, session)
         last = self._sent.get(key)
-        delta = None
-        if last is not None:
-            delta = _delta(last, conversation)
-        added = approx_nbytes(delta.turns) if delta is not None else approx_nbytes(conversation.turns)
-        nbytes = (last.keep.nbytes if delta is not None and last is not None else 0) + added
+        delta = _delta(last, conversation) if last is not None else None
+        if delta is not None and last is not None:
+            nbytes = last.keep.nbytes + approx_nbytes(delta.turns)
+        else:
+            nbytes = approx_nbytes(conversation.turns)
         keep = KeepAs(id=secrets.token_hex(16), nbytes=nbytes)
         self._sent.put(key, _Sent(conversation, keep), nbytes)
         return Shipment(delta, keep)

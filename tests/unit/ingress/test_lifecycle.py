@@ -75,9 +75,10 @@ class Graph:
         ) -> Preprocessed | None:
             if delta is not None:  # as a replica does (serve/deployments/preprocessor.py)
                 earlier = kept.get(delta.base)
-                if earlier is None or delta.apply(earlier) is None:
+                conversation = delta.apply(earlier) if earlier is not None else None
+                if conversation is None:
                     return None
-                req = req.model_copy(update={"conversation": delta.apply(earlier)})
+                req = req.model_copy(update={"conversation": conversation})
             if keep is not None:
                 kept[keep.id] = req.conversation
             self.preprocessed.append(req)
