@@ -311,7 +311,9 @@ class Preprocessor:
             return None
         known = self._prompts.get(last.prompt_digest, space)
         if known is None:
-            ids = rebuild(last, self._kept.get_many(list(replay.slots.values())))
+            links = self._kept.get_many([k for k in replay.slots.values() if k != key])
+            links[key] = last
+            ids = rebuild(last, links)
             if ids is None:
                 return None
             known = KnownPrompt(ids)

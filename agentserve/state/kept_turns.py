@@ -65,19 +65,21 @@ _FORMAT = b"KT2\x00"  # bodies with base and tail; older bodies (digest + output
 
 @dataclass(frozen=True, slots=True)
 class KeptTurn:
+    """Ids are packed `array("I")`s, never mutated: a replica that rebuilds a 300-turn prompt decodes and joins
+    every turn's, and as arrays that is a copy of bytes (as tuples of ints it was most of the rebuild)."""
+
     prompt_digest: bytes  # token_digest() of the prompt the turn was generated after
-    output_ids: tuple[int, ...]  # exactly what the engine generated, end-of-turn token included
+    output_ids: array  # exactly what the engine generated, end-of-turn token included
     base: str = ""  # the kept turn whose prompt + output the prompt continues ("": the prompt is all tail)
-    tail: tuple[int, ...] | None = None  # the prompt's ids after base's output (None: not stored)
+    tail: array | None = None  # the prompt's ids after base's output (None: not stored)
 
     def encode(self) -> bytes:
         if self.tail is None:
-            return self.prompt_digest + array("I", self.output_ids).tobytes()
+            return self.prompt_digest + packed(self.output_ids).tobytes()
         base = self.base.encode()
         head = _FORMAT + self.prompt_digest + len(base).to_bytes(1, "little") + base
-        return head + len(self.output_ids).to_bytes(4, "little") + array("I", self.output_ids).tobytes() + array(
-            "I", self.tail
-        ).tobytes()
+        output = packed(self.output_ids)
+        return head + len(output).to_bytes(4, "little") + output.tobytes() + packed(self.tail).tobytes()
 
     @classmethod
     def decode(cls, body: bytes) -> "KeptTurn":
@@ -87,12 +89,15 @@ class KeptTurn:
             n = body[at]
             base, at = body[at + 1 : at + 1 + n].decode(), at + 1 + n
             count, at = int.from_bytes(body[at : at + 4], "little"), at + 4
-            ids = array("I")
-            ids.frombytes(body[at:])
-            return cls(digest, tuple(ids[:count]), base, tuple(ids[count:]))
-        ids = array("I")
-        ids.frombytes(body[_DIGEST:])
-        return cls(body[:_DIGEST], tuple(ids))
+            split = at + 4 * count
+            return cls(digest, _ids(body, at, split), base, _ids(body, split, len(body)))
+        return cls(body[:_DIGEST], _ids(body, _DIGEST, len(body)))
+
+
+def _ids(body: bytes, start: int, end: int) -> array:
+    ids = array("I")
+    ids.frombytes(memoryview(body)[start:end])
+    return ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +244,8 @@ class KeptTurnStore:
 
 
 def _kept(p: _Put) -> KeptTurn:
-    tail = None if p.tail_from is None else tuple(p.prompt_ids[p.tail_from :])
-    return KeptTurn(token_digest(p.prompt_ids), tuple(p.output_ids), p.base if tail is not None else "", tail)
+    tail = None if p.tail_from is None else packed(p.prompt_ids[p.tail_from :])
+    return KeptTurn(token_digest(p.prompt_ids), packed(p.output_ids), p.base if tail is not None else "", tail)
 
 
 def open_kept_turns(spec: "KeptTurnsSpec", state: "StateSpec") -> KeptTurnStore | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import threading
 
 from hypothesis import given, settings
@@ -37,7 +39,7 @@ def test_put_then_get_returns_the_exact_tokens_and_prompt_digest():
     store = make()
     assert store.put("k1", [1, 2, 3], [7, 8, 2]).result(timeout=5)
     got = store.get_many(["k1", "missing"])
-    assert got == {"k1": KeptTurn(token_digest([1, 2, 3]), (7, 8, 2))}
+    assert got == {"k1": KeptTurn(token_digest([1, 2, 3]), array("I", [7, 8, 2]))}
     store.close()
 
 
