@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from agentserve.ports import free_port
 
-__all__ = ["GraphURL", "free_port", "running_graph", "running_graphs", "wait_for"]
+__all__ = ["GraphURL", "free_port", "running_declared_graph", "running_graph", "running_graphs", "wait_for"]
 
 T = TypeVar("T")
 _graph_running: list[str] = []
@@ -125,6 +125,46 @@ def running_graphs(
         url = GraphURL(f"http://127.0.0.1:{port}")
         url.deploy_s = time.perf_counter() - t0
         url.serve_s = time.perf_counter() - t_serve
+        yield url
+    finally:
+        _graph_running.clear()
+        serve.shutdown()
+        ray.shutdown()
+
+
+@contextmanager
+def running_declared_graph(
+    args: Any, deployments: list[dict[str, Any]], *, name: str = "agentserve", num_cpus: int = 8
+) -> Iterator[GraphURL]:
+    """The graph deployed from a Serve config, as `serve deploy` and KubeRay apply it (the imperative path cannot
+    set a deployment's replicas or request router): `deployments` are the config's per-deployment overrides, e.g.
+    `[{"name": "Preprocessor", "num_replicas": 2}]`. Its own Ray instance, torn down after."""
+    import ray
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    if _graph_running:
+        raise RuntimeError(f"a graph is already running for {_graph_running[0]}")
+    _graph_running.append(name)
+    start_ray(num_cpus=num_cpus)
+    try:
+        t0 = time.perf_counter()
+        port = start_serve()
+        app = {"name": name, "route_prefix": "/", "import_path": "agentserve.serve.app:build_app",
+               "args": _own_state(_args_dict(args)), "deployments": deployments}
+        _get_global_client().deploy_apps(ServeDeploySchema.model_validate(
+            {"http_options": {"host": "127.0.0.1", "port": port}, "applications": [app]}))
+
+        def running() -> bool:
+            status = serve.status().applications.get(name)
+            if status is not None and status.status == "DEPLOY_FAILED":
+                raise RuntimeError(f"{name} failed to deploy: {status.message}")
+            return status is not None and status.status == "RUNNING"
+
+        wait_for(running, 300, 0.5, what=f"{name} running")
+        url = GraphURL(f"http://127.0.0.1:{port}")
+        url.deploy_s = url.serve_s = time.perf_counter() - t0
         yield url
     finally:
         _graph_running.clear()

@@ -1,7 +1,7 @@
 """Benchmark: the serving path's cost of a long agent session's next turn, by the session's length (issue 28).
 
     agentserve bench long-session --turns 10,50,100,200,300 --samples 10 [--cold-samples 5] [--result-tokens 600]
-        [--gap 0.25]
+        [--gap 0.25] [--replicas 2 [--affinity off]]
 
 The session is Claude Code-shaped (agentserve/bench/claude_code_shape.py: a ~12K-token system prompt, 20 tools,
 then turns of thinking, text and one tool_use, each answered by a ~600-token tool_result). It runs through the real
@@ -38,6 +38,13 @@ Preprocessor replica's actor is killed and Serve starts a new one (kept turns li
 survive; the span memo, per process, does not), one unrelated short request warms the new process (tokenizer,
 template) and the timed request is the first of this session it sees: a restart or scale-up, as the issue names it.
 
+`--replicas N` runs N Ingress and N Preprocessor replicas from a Serve config (the path `serve deploy` and KubeRay
+take): each turn lands on an Ingress replica as Serve's proxy picks it, and on the Preprocessor replica the
+session-affinity router picks (serve/deployments/session_affinity.py; `--affinity off` routes by load only, as
+Serve's default does, the ablation). "Warm" samples are then the session's next turns wherever they land; a cold
+sample restarts every Preprocessor replica. The Ingress's histograms are not split per sample there (a scrape
+reads one replica of N).
+
 Beside it, same run, same machine: the anchor, what `vllm serve`'s front end does per request (the tokenizer's
 `apply_chat_template(messages, tools=..., tokenize=True, add_generation_prompt=True)` on the OpenAI-shaped
 messages of the same conversation, in this process), measured right after each size's samples while the graph is
@@ -68,13 +75,14 @@ import httpx
 from agentserve.bench import claude_code_shape as shape
 from agentserve.bench import client as sse
 from agentserve.bench import conditions, results, turn_stages
-from agentserve.bench.graph import running_graph, wait_for
+from agentserve.bench.graph import running_declared_graph, running_graph, wait_for
 from agentserve.bench.scrape import Sample, mean_between, scrape
 from agentserve.bench.stats import summary
 
 APP = "long-session"
 CONTEXT_WINDOW = 1 << 19  # 300 turns of ~790 tokens on a ~15.6K-token start, and Claude Code's 32K max_tokens
 WARMUP_MARK = "[replica warm-up]"
+AFFINITY_ROUTER = "agentserve.serve.deployments.session_affinity:SessionAffinityRouter"
 FIRST_CONTENT = ("reasoning", "text", "tool")
 TARGET_GROWTH = 2.0  # issue 28: TTFT(300 turns) <= 2x TTFT(10 turns)
 TARGET_ANCHOR = 0.25  # issue 28: TTFT(N) <= 0.25x re-rendering and tokenizing the whole conversation
@@ -190,28 +198,62 @@ def app_running() -> bool:
     return app is not None and app.status == "RUNNING" and all(d.status == "HEALTHY" for d in app.deployments.values())
 
 
-def restart_preprocessor(http: httpx.Client) -> float:
-    """Kill the Preprocessor replica's actor, wait for Serve's new one and warm its process with one unrelated
-    request (retried while the handle still points at the old one); seconds it took."""
+def restart_preprocessors(http: httpx.Client, replicas: int) -> float:
+    """Kill every Preprocessor replica's actor, wait for Serve's new ones and warm their processes with unrelated
+    requests (retried while the handles still point at the old ones; several sessions, so each new replica is
+    likely to get one); seconds it took."""
     import ray
 
     t0 = time.perf_counter()
-    (old,) = preprocessor_actors()
-    ray.kill(ray.get_actor(old["name"], namespace=old["namespace"]), no_restart=True)
-    wait_for(lambda: [a["name"] for a in preprocessor_actors()] not in ([], [old["name"]]) and app_running(), 180, 0.2,
-             what="a new Preprocessor replica")
+    old = preprocessor_actors()
+    for a in old:
+        ray.kill(ray.get_actor(a["name"], namespace=a["namespace"]), no_restart=True)
+    gone = {a["name"] for a in old}
+
+    def replaced() -> bool:
+        now = {a["name"] for a in preprocessor_actors()}
+        return len(now) == replicas and not now & gone and app_running()
+
+    wait_for(replaced, 180, 0.2, what="new Preprocessor replicas")
     warm = encode({"model": shape.MODEL, "max_tokens": 256, "stream": True,
                    "system": [dict(b) for b in shape.system_blocks(0)], "tools": shape.tools(),
                    "messages": [{"role": "user", "content": f"Say you are ready. {WARMUP_MARK}"}]})
-    headers = {**sse.ANTHROPIC_HEADERS, "x-claude-code-session-id": "long-session-warm-up"}
 
-    def warmed() -> bool:
+    def warmed(session: str) -> bool:
+        headers = {**sse.ANTHROPIC_HEADERS, "x-claude-code-session-id": session}
         r = sse.stream_sync(http, "anthropic", "/v1/messages", warm, headers=headers, raise_on_error=False,
                             raise_on_status=False)
         return r.status == 200 and r.error is None and bool(r.text)
 
-    wait_for(warmed, 120, 0.5, what="the new Preprocessor replica answering")
+    for i in range(1 if replicas == 1 else 4 * replicas):
+        wait_for(lambda: warmed(f"long-session-warm-up-{i}"), 120, 0.5, what="the new Preprocessor replicas answering")
     return time.perf_counter() - t0
+
+
+def crossings_by_form() -> dict[str, float]:
+    """How the Ingress replicas' conversations crossed to the Preprocessor (`whole`, `delta`, `resent`: a delta the
+    replica it reached could not apply), summed over every replica from Ray's metrics export on this node, once two
+    reads a report interval apart agree (the replicas mirror their counters every 10 s)."""
+    import ray
+
+    port = next(n["MetricsExportPort"] for n in ray.nodes() if n["Alive"])
+
+    def read() -> dict[str, float]:
+        got: dict[str, float] = {}
+        for (name, labels), v in scrape(f"http://127.0.0.1:{port}/metrics").items():
+            if name == "ray_agentserve_conversation_crossings_total":
+                form = dict(labels).get("form", "")
+                got[form] = got.get(form, 0.0) + v
+        return got
+
+    last, deadline = read(), time.monotonic() + 90
+    while time.monotonic() < deadline:
+        time.sleep(12)
+        now = read()
+        if now == last and now:
+            return now
+        last = now
+    return last
 
 
 # -- the anchor --------------------------------------------------------------------------------------------------
@@ -271,13 +313,25 @@ def ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
+def graph(ns: argparse.Namespace, args: dict[str, Any]) -> Any:
+    """One replica per deployment as `make serve` runs it; with --replicas N, N Ingress and N Preprocessor replicas
+    from a Serve config (--affinity off: the Preprocessor's calls routed by load only, as Serve's default does)."""
+    if ns.replicas == 1:
+        return running_graph(args, name=APP)
+    pre: dict[str, Any] = {"name": "Preprocessor", "num_replicas": ns.replicas}
+    if ns.affinity == "off":
+        pre["request_router_config"] = {"request_router_class": AFFINITY_ROUTER,
+                                        "request_router_kwargs": {"affinity": False}}
+    return running_declared_graph(args, [{"name": "Ingress", "num_replicas": ns.replicas}, pre], name=APP)
+
+
 def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], session_id: str) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     build: list[dict[str, Any]] = []
     last: dict[str, Any] = {}
     variant = 0
     anchor = Anchor(args, session_id)
-    with running_graph(args, name=APP) as url, httpx.Client(base_url=url, timeout=900) as http:
+    with graph(ns, args) as url, httpx.Client(base_url=url, timeout=900) as http:
         session = Session(http, ns.seed, ns.result_tokens, session_id)
         print(f"graph up in {url.serve_s:.1f} s", flush=True)
         after_samples = False
@@ -293,10 +347,11 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
                 prev, raw = session.fork(n, variant)
                 time.sleep(ns.gap)  # what the fork set going after its answer (kept turn, diagnosis) ends meanwhile
                 if k >= ns.samples:
-                    restarts.append(round(restart_preprocessor(http), 1))
-                before = scrape(f"{url}/metrics") if k < ns.samples else {}
+                    restarts.append(round(restart_preprocessors(http, ns.replicas), 1))
+                split = k < ns.samples and ns.replicas == 1  # several Ingress replicas: a scrape reads one of them
+                before = scrape(f"{url}/metrics") if split else {}
                 sent = session.send(n, raw)
-                if k < ns.samples:
+                if split:
                     scrapes.append((before, scrape(f"{url}/metrics")))
                 session.answer(sent)  # the reply parsed into the expected blocks
                 (warm if k < ns.samples else cold).append(sent.ttft_ms)
@@ -320,7 +375,9 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
                   f"warm/anchor {row['warm_over_anchor']}  cold/anchor {row['cold_over_anchor']}  load {load[0]}",
                   flush=True)
             print(f"           warm, mean ms from the Ingress's histograms: {row.get('server_split_ms')}", flush=True)
-    return {"rows": rows, "build": build, "last": last}
+        crossings = crossings_by_form()
+        print(f"conversation crossings, every Ingress replica: {crossings}", flush=True)
+    return {"rows": rows, "build": build, "last": last, "crossings": crossings}
 
 
 def server_split(scrapes: Sequence[tuple[Sample, Sample]], warm_ms: Sequence[float]) -> dict[str, Any]:
@@ -436,11 +493,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--result-tokens", type=int, default=shape.RESULT_TOKENS, help="size of each tool result")
     ap.add_argument("--gap", type=float, default=0.25,
                     help="seconds between the untimed fork and the timed turn: the harness running its tool")
+    ap.add_argument("--replicas", type=int, default=1, help="Ingress and Preprocessor replicas (default 1)")
+    ap.add_argument("--affinity", choices=("on", "off"), default="on",
+                    help="with --replicas > 1: the Preprocessor's session affinity (off: routed by load only)")
     ap.add_argument("--out", default=None, help="output path without suffix (default docs/benchmarks/long_session)")
     ns = ap.parse_args(argv)
     ns.cold_samples = ns.samples if ns.cold_samples is None else ns.cold_samples
     sizes = sorted({int(x) for x in ns.turns.split(",")})
-    if sizes[0] < 2 or ns.samples < 1 or ns.cold_samples < 1:
+    if sizes[0] < 2 or ns.samples < 1 or ns.cold_samples < 1 or ns.replicas < 1:
         ap.error("sizes must be >= 2 turns (a sample forks the turn before) and sample counts >= 1")
     if sizes[-1] * shape.TURN_TOKENS + shape.BASE_TOKENS > CONTEXT_WINDOW * 0.9:
         ap.error(f"{sizes[-1]} turns do not fit the {CONTEXT_WINDOW}-token window")
@@ -478,7 +538,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                                           machine=conditions.machine()),
         "session": {"seed": ns.seed, "result_tokens": ns.result_tokens, "tools": len(shape.tools()),
                     "samples": ns.samples, "cold_samples": ns.cold_samples, "gap_s": ns.gap},
+        "replicas": {"ingress": ns.replicas, "preprocessor": ns.replicas,
+                     "preprocessor_affinity": ns.affinity if ns.replicas > 1 else None},
         "rows": rows,
+        "crossings": got["crossings"],
         "ratios": ratios(rows),
         "stages_turns": sizes[-1],
         "stages": stages,

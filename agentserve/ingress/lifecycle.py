@@ -39,7 +39,9 @@ from agentserve.ingress.observers import TurnEnded, TurnObserver
 from agentserve.ingress.observers.telemetry import StreamObserver, bind_request_id, observe_prefix, observe_route
 from agentserve.ingress.output.request_state import RequestState
 from agentserve.ingress.sent_conversations import SentConversations
-from agentserve.protocol import Conversation, EngineDelta, GenerationRequest, Preprocessed, RouteDecision
+from agentserve.protocol import (
+    Conversation, EngineDelta, GenerationRequest, Preprocessed, RouteDecision, SessionAffinity, caller_session,
+)
 from agentserve.protocol.errors import RequestError
 
 logger = logging.getLogger("ray.serve")
@@ -118,22 +120,26 @@ class RequestPath:
         self.sent = SentConversations(args.kept_turns.conversation_memo_bytes)
 
     async def preprocess(self, request: GenerationRequest, scope: str, model: str) -> Preprocessed:
-        """The Preprocessor's answer; a session's conversation crosses as its new turns where the replica holds the
-        rest (ingress/sent_conversations.py), else whole."""
-        shipment = self.sent.ship(scope, model, request.session_key(), request.conversation)
+        """The Preprocessor's answer, from the replica that holds the session (serve/deployments/session_affinity.py);
+        a session's conversation crosses as its new turns where the replica holds the rest
+        (ingress/sent_conversations.py), else whole."""
+        session = request.session_key()
+        call = self.preprocessor.preprocess.remote
+        affinity = SessionAffinity(key=caller_session(scope, session)) if session else None
+        shipment = self.sent.ship(scope, model, session, request.conversation)
         if shipment is None:
             metrics.CONVERSATION_CROSSINGS.labels("whole").inc()
-            return await self.preprocessor.preprocess.remote(request, scope, model)
+            return await call(request, scope, model, affinity=affinity)
         form = "whole"
         if shipment.delta is not None:
             stub = request.model_copy(update={"conversation": _NO_TURNS})
-            pre = await self.preprocessor.preprocess.remote(stub, scope, model, shipment.delta, shipment.keep)
+            pre = await call(stub, scope, model, shipment.delta, shipment.keep, affinity=affinity)
             if pre is not None:
                 metrics.CONVERSATION_CROSSINGS.labels("delta").inc()
                 return pre
             form = "resent"
         metrics.CONVERSATION_CROSSINGS.labels(form).inc()
-        return await self.preprocessor.preprocess.remote(request, scope, model, None, shipment.keep)
+        return await call(request, scope, model, None, shipment.keep, affinity=affinity)
 
     def tokenizer_for(self, model: str) -> Any:
         return self.tokenizers[model]

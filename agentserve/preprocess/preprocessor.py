@@ -40,6 +40,7 @@ from agentserve.protocol import (
     TextBlock,
     ToolSpec,
     Turn,
+    caller_session,
 )
 from agentserve.protocol.errors import ContextWindowExceeded, RequestError
 from agentserve.protocol.token_ids import packed
@@ -65,13 +66,6 @@ class ReplayKeys:
 
     slots: dict[int, str]
     prefix: str  # digest of the whole conversation: the ingress keeps the turn that follows under it
-
-
-def _caller_session(scope: str, session: str) -> str:
-    """A session key the router can hold without mixing callers: the caller's identity and its session, digested."""
-    if not session:
-        return ""
-    return hashlib.blake2b(f"{scope}\x00{session}".encode(), digest_size=16).hexdigest()
 
 
 def _message_digests(messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any]) -> list[bytes]:
@@ -401,7 +395,7 @@ class Preprocessor:
             max_tokens=max_tokens,
             hints=request.hints,
             # The router's affinity is per caller too: another key naming this session id cannot steer it.
-            session_key=_caller_session(scope, session),
+            session_key=caller_session(scope, session),
         )
         report = PromptReport(
             requested_max_tokens=requested if clamped else None,

@@ -26,7 +26,9 @@ from agentserve.protocol.requests import (
     RouteDecision,
     RouteRequest,
     SamplingParams,
+    SessionAffinity,
     TokenLogprob,
+    caller_session,
 )
 
 __all__ = [
@@ -48,10 +50,12 @@ __all__ = [
     "RouteDecision",
     "RouteRequest",
     "SamplingParams",
+    "SessionAffinity",
     "TextBlock",
     "TokenLogprob",
     "ToolCallBlock",
     "ToolResultBlock",
     "ToolSpec",
     "Turn",
+    "caller_session",
 ]

@@ -183,6 +183,24 @@ class RouteDecision(BaseModel):
     reason: Literal["least_loaded", "prefix", "affinity", "only_replica", "no_replica"] = "least_loaded"
 
 
+class SessionAffinity(BaseModel):
+    """The session a Preprocessor call belongs to (`caller_session`'s key), read by the Preprocessor deployment's
+    request router (serve/deployments/session_affinity.py): a session's calls go to one replica, whose memos of
+    it are warm, from every Ingress replica."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+
+
+def caller_session(scope: str, session: str) -> str:
+    """A session key that does not mix callers: the caller's identity and its session, digested ("": no session).
+    Another key naming the same session id gets another key, so it cannot steer the first caller's routing."""
+    if not session:
+        return ""
+    return hashlib.blake2b(f"{scope}\x00{session}".encode(), digest_size=16).hexdigest()
+
+
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 

@@ -1,4 +1,4 @@
-"""A deployment handle's method without Ray: `.remote(*args)` calls a function and records the call."""
+"""A deployment handle's method without Ray: `.remote(*args, **kwargs)` calls a function and records the call."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ class Method:
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self.calls: list[tuple] = []
+        self.kwargs: list[dict[str, Any]] = []
 
-    def remote(self, *args: Any) -> Any:
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append(args)
-        return self.fn(*args)
+        self.kwargs.append(kwargs)
+        return self.fn(*args, **kwargs)

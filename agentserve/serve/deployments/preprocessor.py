@@ -19,11 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
 from agentserve.config import ResolvedCatalog, ServeArgs
 from agentserve.bytes_lru import BytesLRU
 from agentserve.preprocess.preprocessor import Preprocessor
-from agentserve.protocol import Conversation, ConversationDelta, GenerationRequest, KeepAs, Preprocessed
+from agentserve.protocol import (
+    Conversation, ConversationDelta, GenerationRequest, KeepAs, Preprocessed, SessionAffinity,
+)
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
@@ -37,7 +40,13 @@ WORKERS = min(8, (os.cpu_count() or 2) + 2)
 WAIT_S = 60.0
 
 
-@serve.deployment(name="Preprocessor", max_ongoing_requests=256)
+@serve.deployment(
+    name="Preprocessor",
+    max_ongoing_requests=256,
+    request_router_config=RequestRouterConfig(
+        request_router_class="agentserve.serve.deployments.session_affinity:SessionAffinityRouter"
+    ),
+)
 class PreprocessorReplica:
     def __init__(self, args: dict[str, Any], catalog: dict[str, Any]) -> None:
         a = ServeArgs.from_any(args)
@@ -93,6 +102,7 @@ class PreprocessorReplica:
         base: str | None = None,
         delta: ConversationDelta | None = None,
         keep: KeepAs | None = None,
+        affinity: SessionAffinity | None = None,  # for the deployment's request router (session_affinity.py)
     ) -> Preprocessed | None:
         """`request.model` is the served id the ingress resolved (a catalog model's, or one of its adapters'),
         `base` the catalog model that serves it. `delta`: the request's conversation is the one kept under

@@ -71,7 +71,8 @@ class Graph:
         kept: dict[str, Conversation] = {}
 
         async def preprocess(
-            req: GenerationRequest, scope: str = "", base: str | None = None, delta: Any = None, keep: Any = None
+            req: GenerationRequest, scope: str = "", base: str | None = None, delta: Any = None, keep: Any = None,
+            affinity: Any = None,
         ) -> Preprocessed | None:
             if delta is not None:  # as a replica does (serve/deployments/preprocessor.py)
                 earlier = kept.get(delta.base)

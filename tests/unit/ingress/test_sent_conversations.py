@@ -18,8 +18,8 @@ from agentserve.config import ServeArgs
 from agentserve.ingress.lifecycle import RequestPath
 from agentserve.ingress.sent_conversations import SentConversations
 from agentserve.protocol import (
-    AgentHints, Conversation, ConversationDelta, GenerationRequest, KeepAs, TextBlock, ToolCallBlock, ToolResultBlock,
-    ToolSpec, Turn,
+    AgentHints, Conversation, ConversationDelta, GenerationRequest, KeepAs, SessionAffinity, TextBlock, ToolCallBlock,
+    ToolResultBlock, ToolSpec, Turn, caller_session,
 )
 from agentserve.serve.deployments import preprocessor as deployment
 from tests.unit.fake_handles import Method
@@ -48,10 +48,13 @@ class Calls:
         self.replicas = replicas
         self.next = 0
         self.forms: list[str] = []
+        self.affinities: list[Any] = []
 
-        def call(request: GenerationRequest, scope: str, model: str, delta: Any = None, keep: Any = None) -> Any:
+        def call(request: GenerationRequest, scope: str, model: str, delta: Any = None, keep: Any = None,
+                 affinity: Any = None) -> Any:
             self.forms.append("delta" if delta is not None else "whole")
-            return self.replicas[self.next].preprocess(request, scope, model, delta, keep)
+            self.affinities.append(affinity)
+            return self.replicas[self.next].preprocess(request, scope, model, delta, keep, affinity=affinity)
 
         args = ServeArgs()
         self.path = RequestPath(args, preprocessor=SimpleNamespace(preprocess=Method(call)), router=None, engines={},
@@ -134,6 +137,22 @@ def test_a_replica_that_never_saw_the_session_gets_it_whole_once(replicas):
     calls.send(Conversation(turns=tuple(turns), tools=TOOLS))
     # first whole; then a delta the new replica cannot apply, resent whole; then a delta it holds the base of
     assert calls.forms == ["whole", "delta", "whole", "delta"]
+
+
+def test_every_call_of_a_session_names_it_for_the_request_router_and_per_caller(replicas):
+    """The Preprocessor's request router keeps a session on one replica by the key each call carries: the same on
+    every call of the session (the first whole, the deltas, a resend), and another for another caller's same
+    session id."""
+    calls = Calls(replicas)
+    turns = [_turn("user", 0), _turn("assistant", 1), _turn("tool", 1)]
+    calls.send(Conversation(turns=tuple(turns), tools=TOOLS))
+    calls.next = 1  # a delta the other replica refuses, then the resend
+    turns += [_turn("assistant", 2), _turn("tool", 2)]
+    calls.send(Conversation(turns=tuple(turns), tools=TOOLS))
+    calls.send(Conversation(turns=tuple(turns), tools=TOOLS), scope="bob")
+    alice, bob = SessionAffinity(key=caller_session("alice", "s1")), SessionAffinity(key=caller_session("bob", "s1"))
+    assert calls.forms == ["whole", "delta", "whole", "whole"]
+    assert calls.affinities == [alice, alice, alice, bob] and alice != bob
 
 
 def test_a_delta_never_reaches_another_callers_conversation(replicas):
