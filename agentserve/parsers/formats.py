@@ -7,6 +7,7 @@ from .reasoning import REASONING_FORMATS
 from .schema import ToolIndex
 from .sink import CallSink
 from .tools.base import BlockFormat, Body
+from .tools.gemma import FUNCTIONGEMMA, GEMMA4, GemmaBody, GemmaFormat
 from .tools.json_calls import JsonCallsBody
 from .tools.mistral import ARGS, CALL_ID, TOOL_CALLS, MistralBody
 from .tools.pythonic import PY_END, PY_START, PythonicBody
@@ -19,11 +20,19 @@ HARMONY = "harmony"  # tool-call name handled by harmony.HarmonyStage
 GPT_OSS = "gpt_oss"  # reasoning name handled by harmony.HarmonyStage
 
 
-def _json_block(name: str, start: str, end: str) -> BlockFormat:
+def _json_block(name: str, start: str, end: str, tokens: tuple[str, ...] = ()) -> BlockFormat:
+    """`tokens`: the special tokens `start` is made of, where it is several (the decode path keeps each)."""
     def make(_m: str, sink: CallSink, _tools: ToolIndex) -> Body:
         return JsonCallsBody(sink, end)
 
-    return BlockFormat(name, (start,), make, markers=(start, end))
+    return BlockFormat(name, (start,), make, markers=(*(tokens or (start,)), end))
+
+
+def _gemma(name: str, f: GemmaFormat) -> BlockFormat:
+    def make(_m: str, sink: CallSink, tools: ToolIndex) -> Body:
+        return GemmaBody(f, sink, tools)
+
+    return BlockFormat(name, (f.call_open,), make, markers=(f.call_open, f.call_close, f.quote))
 
 
 def _sep(name: str, f: SepFormat) -> BlockFormat:
@@ -79,6 +88,9 @@ TOOL_FORMATS: dict[str, BlockFormat] = {
     "glm45": _xml("glm45", "<tool_call>", GLM47),
     "seed_oss": _xml("seed_oss", "<seed:tool_call>", SEED_OSS),
     "deepseek_v32": _xml("deepseek_v32", "<｜DSML｜function_calls>", DEEPSEEK_V32),
+    "gemma4": _gemma("gemma4", GEMMA4),
+    "functiongemma": _gemma("functiongemma", FUNCTIONGEMMA),
+    "granite4": _json_block("granite4", "<tool_call>", "</tool_call>"),  # Granite 4.0 / 4.1: hermes' block
 }
 
 
@@ -90,7 +102,7 @@ def parser_markers(reasoning: str | None, tool_calls: str | None) -> frozenset[s
     out: set[str] = set()
     if reasoning in REASONING_FORMATS:
         f = REASONING_FORMATS[reasoning]
-        out.update((f.start, f.end))
+        out.update((*f.starts, f.end))
     if tool_calls in TOOL_FORMATS:
         out.update(TOOL_FORMATS[tool_calls].markers)
     return frozenset(out)

@@ -150,6 +150,30 @@ def r_deepseek_v32(calls):
     return f"\n\n<｜DSML｜function_calls>\n{inv}</｜DSML｜function_calls>"
 
 
+def gemma_value(v: Any, quote: str) -> str:
+    """A value in Gemma's notation, as its template's format_argument writes it (keys bare, strings quoted)."""
+    if isinstance(v, str):
+        return f"{quote}{v}{quote}"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{gemma_value(x, quote)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(gemma_value(x, quote) for x in v) + "]"
+    return str(v)  # numbers; None as the template renders it
+
+
+def r_gemma(open_: str, close: str, quote: str) -> Callable:
+    def render(calls):
+        return "".join(f"{open_}call:{n}{gemma_value(a, quote)}{close}" for n, a in calls)
+
+    return render
+
+
+r_gemma4 = r_gemma("<|tool_call>", "<tool_call|>", '<|"|>')
+r_functiongemma = r_gemma("<start_function_call>", "<end_function_call>", "<escape>")
+
+
 def r_harmony(calls):
     return "".join(
         f"<|start|>assistant<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>{_j(a)}<|call|>"
@@ -196,6 +220,10 @@ FAMILIES = [
     Family("deepseek_r1+deepseek_v31", "deepseek_r1", "deepseek_v31", r_deepseek_v31, think, forced=True),
     Family("deepseek_r1+deepseek_v32", "deepseek_r1", "deepseek_v32", r_deepseek_v32, think_forced, forced=True),
     Family("none+seed_oss", None, "seed_oss", r_seed_oss, None),
+    Family("seed_oss+seed_oss", "seed_oss", "seed_oss", r_seed_oss, lambda r: f"<seed:think>{r}</seed:think>"),
+    Family("gemma4+gemma4", "gemma4", "gemma4", r_gemma4, lambda r: f"<|channel>thought\n{r}<channel|>"),
+    Family("none+functiongemma", None, "functiongemma", r_functiongemma, None),
+    Family("none+granite4", None, "granite4", r_hermes, None),
     Family("kimi+kimi_k2", "kimi", "kimi_k2", r_kimi),
     Family("qwen3+kimi_k2", "qwen3", "kimi_k2", r_kimi),
     Family("glm45+glm47", "glm45", "glm47", r_glm47),
