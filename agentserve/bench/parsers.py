@@ -2,8 +2,8 @@
 
 Workloads (one token per delta, as an engine streams them):
   * tool-call arguments: one call whose "content" argument is N tokens long, in each format of TOOL_WORKLOADS
-    (hermes, granite4, gemma4, functiongemma, seed_oss; ours: StreamParser(tool_calls=NAME) vs vLLM's parser of
-    the same name);
+    (hermes, granite4, gemma4, functiongemma, seed_oss, qwen3_xml, step3p5, longcat, hunyuan_a13b, jamba, internlm,
+    lfm2, olmo3; ours: StreamParser(tool_calls=NAME) vs vLLM's parser of the same name);
   * reasoning: the format's start marker + N tokens + its end marker + a short answer, for each of
     REASONING_WORKLOADS (qwen3, deepseek_r1, gemma4, seed_oss; ours vs vLLM's reasoning parser of the same name).
 N goes from 1K to 32K tokens. Deltas come from the SmolLM2 tokenizer (offsets of each token in the text), with the
@@ -37,7 +37,9 @@ TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
 # Every format's markers that the models' tokenizers have as single tokens (vLLM's parsers look them up by id).
 SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<|channel>", "<channel|>", "<|tool_call>",
             "<tool_call|>", '<|"|>', "<|turn>", "<|tool_response>", "<start_function_call>", "<end_function_call>",
-            "<escape>", "<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>"]
+            "<escape>", "<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>", "<tool_calls>",
+            "</tool_calls>", "<longcat_tool_call>", "</longcat_tool_call>", "<|action_start|>", "<|plugin|>",
+            "<|action_end|>", "<|tool_call_start|>", "<|tool_call_end|>"]
 PATH = "app/handler.py"
 
 
@@ -53,9 +55,28 @@ def _gemma(open_: str, close: str, quote: str):
     return render
 
 
-def _seed(body: str) -> str:
-    return (f"<seed:tool_call>\n<function=write_file>\n<parameter=path>\n{PATH}\n</parameter>\n"
-            f"<parameter=content>\n{body}\n</parameter>\n</function>\n</seed:tool_call>")
+def _xml(open_: str, close: str):
+    def render(body: str) -> str:
+        return (f"{open_}\n<function=write_file>\n<parameter=path>\n{PATH}\n</parameter>\n"
+                f"<parameter=content>\n{body}\n</parameter>\n</function>\n{close}")
+
+    return render
+
+
+def _json(open_: str, close: str, args_key: str = "arguments", array: bool = False):
+    def render(body: str) -> str:
+        call = {"name": "write_file", args_key: {"path": PATH, "content": body}}
+        return open_ + json.dumps([call] if array else call, ensure_ascii=False) + close
+
+    return render
+
+
+def _pythonic(open_: str, close: str, brackets: bool = True):
+    def render(body: str) -> str:  # a JSON string is a Python string literal too
+        call = f"write_file(path={json.dumps(PATH)}, content={json.dumps(body, ensure_ascii=False)})"
+        return open_ + (f"[{call}]" if brackets else call) + close
+
+    return render
 
 
 # (our tool-call parser, how the model writes the call, vLLM's parser: module, class)
@@ -66,7 +87,23 @@ TOOL_WORKLOADS = [
      "Gemma4EngineToolParser"),
     ("functiongemma", _gemma("<start_function_call>", "<end_function_call>", "<escape>"),
      "vllm.tool_parsers.functiongemma_tool_parser", "FunctionGemmaToolParser"),
-    ("seed_oss", _seed, "vllm.tool_parsers.seed_oss_engine_tool_parser", "SeedOssEngineToolParser"),
+    ("seed_oss", _xml("<seed:tool_call>", "</seed:tool_call>"), "vllm.tool_parsers.seed_oss_engine_tool_parser",
+     "SeedOssEngineToolParser"),
+    ("qwen3_xml", _xml("<tool_call>", "</tool_call>"), "vllm.tool_parsers.qwen3_engine_tool_parser",
+     "Qwen3EngineToolParser"),
+    ("step3p5", _xml("<tool_call>", "</tool_call>"), "vllm.tool_parsers.step3p5_tool_parser", "Step3p5ToolParser"),
+    ("longcat", _json("<longcat_tool_call>", "</longcat_tool_call>"), "vllm.tool_parsers.longcat_tool_parser",
+     "LongcatFlashToolParser"),
+    ("hunyuan_a13b", _json("<tool_calls>", "</tool_calls>", array=True), "vllm.tool_parsers.hunyuan_a13b_tool_parser",
+     "HunyuanA13BToolParser"),
+    ("jamba", _json("<tool_calls>", "</tool_calls>", array=True), "vllm.tool_parsers.jamba_tool_parser",
+     "JambaToolParser"),
+    ("internlm", _json("<|action_start|><|plugin|>\n", "<|action_end|>", "parameters"),
+     "vllm.tool_parsers.internlm2_tool_parser", "Internlm2ToolParser"),
+    ("lfm2", _pythonic("<|tool_call_start|>", "<|tool_call_end|>"), "vllm.tool_parsers.lfm2_tool_parser",
+     "Lfm2ToolParser"),
+    ("olmo3", _pythonic("<function_calls>", "</function_calls>", brackets=False),
+     "vllm.tool_parsers.olmo3_tool_parser", "Olmo3PythonicToolParser"),
 ]
 # (our reasoning parser, start marker, end marker, vLLM's parser: module, class)
 REASONING_WORKLOADS = [

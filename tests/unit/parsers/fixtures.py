@@ -150,6 +150,27 @@ def r_deepseek_v32(calls):
     return f"\n\n<｜DSML｜function_calls>\n{inv}</｜DSML｜function_calls>"
 
 
+def r_longcat(calls):
+    return "".join(f"<longcat_tool_call>{_j({'name': n, 'arguments': a})}</longcat_tool_call>\n" for n, a in calls)
+
+
+def r_tool_calls_array(calls):  # Hunyuan A13B, Jamba
+    return "<tool_calls>" + _j([{"name": n, "arguments": a} for n, a in calls]) + "</tool_calls>"
+
+
+def r_internlm(calls):
+    return "".join(f"<|action_start|><|plugin|>\n{_j({'name': n, 'parameters': a})}<|action_end|>" for n, a in calls)
+
+
+def r_lfm2(calls):
+    return "<|tool_call_start|>" + r_pythonic(calls) + "<|tool_call_end|>"
+
+
+def r_olmo3(calls):  # one call a line, values as JSON literals (true, null)
+    lines = (f"{n}(" + ", ".join(f"{k}={_j(v)}" for k, v in a.items()) + ")" for n, a in calls)
+    return "<function_calls>" + "\n".join(lines) + "</function_calls>"
+
+
 def gemma_value(v: Any, quote: str) -> str:
     """A value in Gemma's notation, as its template's format_argument writes it (keys bare, strings quoted)."""
     if isinstance(v, str):
@@ -224,6 +245,12 @@ FAMILIES = [
     Family("gemma4+gemma4", "gemma4", "gemma4", r_gemma4, lambda r: f"<|channel>thought\n{r}<channel|>"),
     Family("none+functiongemma", None, "functiongemma", r_functiongemma, None),
     Family("none+granite4", None, "granite4", r_hermes, None),
+    Family("none+longcat", None, "longcat", r_longcat, None),
+    Family("none+hunyuan_a13b", None, "hunyuan_a13b", r_tool_calls_array, None),
+    Family("none+jamba", None, "jamba", r_tool_calls_array, None),
+    Family("none+internlm", None, "internlm", r_internlm, None),
+    Family("none+lfm2", None, "lfm2", r_lfm2, None),
+    Family("none+olmo3", None, "olmo3", r_olmo3, None),
     Family("kimi+kimi_k2", "kimi", "kimi_k2", r_kimi),
     Family("qwen3+kimi_k2", "qwen3", "kimi_k2", r_kimi),
     Family("glm45+glm47", "glm45", "glm47", r_glm47),
