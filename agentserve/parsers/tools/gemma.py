@@ -5,6 +5,7 @@ whose strings sit between a quote token, everything else written bare:
     functiongemma: <start_function_call>call:NAME{city:<escape>Paris<escape>}<end_function_call>
 
 The quote token is a marker, so a `,` `}` or `:` inside a string is never structure, however the stream is split.
+Checkpoints also write `:NAME{…}` without `call` and `call:NAME(…)`: both read as the same call.
 Each top-level argument is converted to JSON when it completes (`{"city": "Paris"` then `, "days": 3` then `}`), a
 bare value typed by the tool's schema where it has one, else read as JSON / a Python literal, else kept as a string.
 """
@@ -35,7 +36,8 @@ GEMMA4 = GemmaFormat("<|tool_call>", "<tool_call|>", '<|"|>')
 FUNCTIONGEMMA = GemmaFormat("<start_function_call>", "<end_function_call>", "<escape>")
 
 _HEAD, _ARGS, _STR, _AFTER, _SKIP = range(5)
-_STRUCT = re.compile(r"[{}\[\],]")
+_STRUCT = re.compile(r"[{}\[\](),]")
+_OPEN_ARGS = re.compile(r"[{(]")  # some checkpoints write `call:NAME(k:v)` (vLLM issue 53642): the same arguments
 _TOKEN = re.compile(r"[{}\[\]:,]|[^{}\[\]:,]+")
 _PREFIXES = ("call:", ":")  # checkpoints also write the name after a bare ':' (as vLLM notes)
 
@@ -168,9 +170,9 @@ class GemmaBody(Body):
         for m in _STRUCT.finditer(t):
             c = m.group()
             j = m.start()
-            if c in "{[":
+            if c in "{[(":
                 self.depth += 1
-            elif c in "}]":
+            elif c in "}])":
                 self.depth -= 1
             if self.depth == 0:  # the arguments object closed
                 self.member.append(("t", t[i:j]))
@@ -193,7 +195,8 @@ class GemmaBody(Body):
     def on_text(self, t: str) -> int | None:
         st = self.st
         if st == _HEAD:
-            k = t.find("{")
+            m = _OPEN_ARGS.search(t)
+            k = m.start() if m else -1
             if k < 0:
                 self.head.append(t)
                 return None

@@ -94,6 +94,11 @@ def test_a_call_cut_off_is_truncated_and_one_missing_only_its_end_marker_is_kept
     assert views({"tool_calls": "gemma4"}, "<|tool_call>:f{a:1}<tool_call|>") == [("call", 0, "f", {"a": 1})]
 
 
+def test_the_round_bracket_variant_is_the_same_call_and_does_not_swallow_the_next():
+    text = f"<|tool_call>call:f(a:1,b:{Q}x, y{Q})<tool_call|>{call('', 'ping')}"
+    assert views({"tool_calls": "gemma4"}, text) == [("call", 0, "f", {"a": 1, "b": "x, y"}), ("call", 1, "ping", {})]
+
+
 def test_functiongemma_uses_the_same_notation_with_its_own_markers():
     text = ("Sure.<start_function_call>call:get_weather{city:<escape>Paris, FR<escape>,days:3}"
             "<end_function_call>")
