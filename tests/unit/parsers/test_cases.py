@@ -19,13 +19,7 @@ from agentserve.parsers import (
 )
 
 from .fixtures import TOOLS
-from .helpers import run, summary
-
-
-def views(kw, text):
-    whole = summary(run(kw, [text]))
-    assert summary(run(kw, list(text))) == whole
-    return whole
+from .helpers import run, views
 
 
 def test_registries_are_sorted_and_complete():

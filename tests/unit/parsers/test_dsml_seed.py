@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .fixtures import TOOLS
-from .helpers import run, summary
+from .helpers import views
 
 DSML = ('I will search.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="search">\n'
         '<｜DSML｜parameter name="zip" string="true">007</｜DSML｜parameter>\n'
@@ -12,12 +12,6 @@ DSML = ('I will search.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="s
         '</｜DSML｜invoke>\n<｜DSML｜invoke name="get_weather">\n'
         '<｜DSML｜parameter name="city" string="true">杭州</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
         '</｜DSML｜function_calls>')
-
-
-def views(kw, text):
-    whole = summary(run(kw, [text]))
-    assert summary(run(kw, list(text))) == whole
-    return whole
 
 
 def test_dsml_string_attribute_decides_verbatim_or_json():

@@ -10,16 +10,10 @@ from hypothesis import strategies as st
 from agentserve.parsers import ToolCallError, parser_markers
 
 from .fixtures import TOOLS, r_gemma4
-from .helpers import run, split, summary
+from .helpers import run, split, summary, views
 
 Q = '<|"|>'
 KW = {"reasoning": "gemma4", "tool_calls": "gemma4", "tools": TOOLS}
-
-
-def views(kw, text):
-    whole = summary(run(kw, [text]))
-    assert summary(run(kw, list(text))) == whole
-    return whole
 
 
 def call(body: str, name: str = "f") -> str:

@@ -8,16 +8,10 @@ import pytest
 from agentserve.parsers import parser_markers
 
 from .fixtures import TOOLS
-from .helpers import run, summary
+from .helpers import run, summary, views
 
 ARRAY_TOOL = [{"type": "function", "function": {"name": "pick", "parameters": {
     "type": "object", "properties": {"items": {"type": "array"}}}}}]
-
-
-def views(kw, text):
-    whole = summary(run(kw, [text]))
-    assert summary(run(kw, list(text))) == whole
-    return whole
 
 
 @pytest.mark.parametrize("fmt", ["qwen3_xml", "qwen3_coder", "step3p5"])
