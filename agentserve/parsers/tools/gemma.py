@@ -93,6 +93,9 @@ class _Reader:
         if kind == "s":
             return text
         if kind == "b":
+            while self.peek() == ":":  # a bare value with colons (10:30, a URL) is one value, as vLLM reads it
+                self.next()
+                text += ":" + (self.next()[1] if self.peek() == "b" else "")
             return coerce(text, schema, "json")
         if kind == "{":
             obj: dict[str, Any] = {}

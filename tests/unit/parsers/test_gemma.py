@@ -26,6 +26,7 @@ def call(body: str, name: str = "f") -> str:
     ("count:42,score:3.14,active:true,off:false,param:null", {"count": 42, "score": 3.14, "active": True,
                                                               "off": False, "param": None}),
     ("left:108.", {"left": 108.0}),
+    ("t:10:30,url:https://a.b/c", {"t": "10:30", "url": "https://a.b/c"}),  # bare values with colons
     (f"nested:{{inner:{Q}value{Q}}},list:[{Q}a{Q},{Q}b{Q}]", {"nested": {"inner": "value"}, "list": ["a", "b"]}),
     (f"record_map:{{{Q}3{Q}:{Q}new text{Q}}}", {"record_map": {"3": "new text"}}),  # a quoted key
     (f"items:[[{Q}a]b{Q},{Q}c{Q}],{Q}tail{Q}]", {"items": [["a]b", "c"], "tail"]}),
