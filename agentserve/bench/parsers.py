@@ -1,12 +1,13 @@
 """Benchmark agentserve.parsers against vLLM's own streaming parsers on the same token streams.
 
 Workloads (one token per delta, as an engine streams them):
-  * tool-call arguments: one hermes `<tool_call>` whose "content" argument is N tokens long
-    (ours: StreamParser(tool_calls="hermes") vs vLLM Hermes2ProToolParser);
-  * reasoning: `<think>` + N tokens + `</think>` + a short answer
-    (ours: StreamParser(reasoning=qwen3|deepseek_r1) vs vLLM's qwen3 / deepseek_r1 reasoning parsers).
-N goes from 1K to 32K tokens. Deltas come from the SmolLM2 tokenizer (offsets of each token in the text), with
-<think>, </think>, <tool_call>, </tool_call> added as special tokens because vLLM's parsers look them up by id.
+  * tool-call arguments: one call whose "content" argument is N tokens long, in each format of TOOL_WORKLOADS
+    (hermes, granite4, gemma4, functiongemma, seed_oss, qwen3_xml, step3p5, longcat, hunyuan_a13b, jamba, internlm,
+    lfm2, olmo3; ours: StreamParser(tool_calls=NAME) vs vLLM's parser of the same name);
+  * reasoning: the format's start marker + N tokens + its end marker + a short answer, for each of
+    REASONING_WORKLOADS (qwen3, deepseek_r1, gemma4, seed_oss; ours vs vLLM's reasoning parser of the same name).
+N goes from 1K to 32K tokens. Deltas come from the SmolLM2 tokenizer (offsets of each token in the text), with the
+formats' markers added as special tokens (SPECIALS) because vLLM's parsers look them up by id.
 Only the parser calls are timed (the harness's own string/list bookkeeping is not).
 
     agentserve bench parsers [--sizes 1024,2048,...] [--out docs/benchmarks/parsers.json]
@@ -33,6 +34,86 @@ MODEL_DIR = Path(os.path.expanduser("~/.cache/agentserve/models/smollm2-135m-ins
 TAIL = 512  # per-delta cost is the mean over the last TAIL deltas of a stream
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
     "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}}}]
+# Every format's markers that the models' tokenizers have as single tokens (vLLM's parsers look them up by id).
+SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<|channel>", "<channel|>", "<|tool_call>",
+            "<tool_call|>", '<|"|>', "<|turn>", "<|tool_response>", "<start_function_call>", "<end_function_call>",
+            "<escape>", "<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>", "<tool_calls>",
+            "</tool_calls>", "<longcat_tool_call>", "</longcat_tool_call>", "<|action_start|>", "<|plugin|>",
+            "<|action_end|>", "<|tool_call_start|>", "<|tool_call_end|>"]
+PATH = "app/handler.py"
+
+
+def _hermes(body: str) -> str:
+    return "<tool_call>\n" + json.dumps({"name": "write_file", "arguments": {"path": PATH, "content": body}},
+                                         ensure_ascii=False) + "\n</tool_call>"
+
+
+def _gemma(open_: str, close: str, quote: str):
+    def render(body: str) -> str:
+        return f"{open_}call:write_file{{path:{quote}{PATH}{quote},content:{quote}{body}{quote}}}{close}"
+
+    return render
+
+
+def _xml(open_: str, close: str):
+    def render(body: str) -> str:
+        return (f"{open_}\n<function=write_file>\n<parameter=path>\n{PATH}\n</parameter>\n"
+                f"<parameter=content>\n{body}\n</parameter>\n</function>\n{close}")
+
+    return render
+
+
+def _json(open_: str, close: str, args_key: str = "arguments", array: bool = False):
+    def render(body: str) -> str:
+        call = {"name": "write_file", args_key: {"path": PATH, "content": body}}
+        return open_ + json.dumps([call] if array else call, ensure_ascii=False) + close
+
+    return render
+
+
+def _pythonic(open_: str, close: str, brackets: bool = True):
+    def render(body: str) -> str:  # a JSON string is a Python string literal too
+        call = f"write_file(path={json.dumps(PATH)}, content={json.dumps(body, ensure_ascii=False)})"
+        return open_ + (f"[{call}]" if brackets else call) + close
+
+    return render
+
+
+# (our tool-call parser, how the model writes the call, vLLM's parser: module, class)
+TOOL_WORKLOADS = [
+    ("hermes", _hermes, "vllm.tool_parsers.hermes_tool_parser", "Hermes2ProToolParser"),
+    ("granite4", _hermes, "vllm.tool_parsers.granite4_tool_parser", "Granite4ToolParser"),
+    ("gemma4", _gemma("<|tool_call>", "<tool_call|>", '<|"|>'), "vllm.tool_parsers.gemma4_engine_tool_parser",
+     "Gemma4EngineToolParser"),
+    ("functiongemma", _gemma("<start_function_call>", "<end_function_call>", "<escape>"),
+     "vllm.tool_parsers.functiongemma_tool_parser", "FunctionGemmaToolParser"),
+    ("seed_oss", _xml("<seed:tool_call>", "</seed:tool_call>"), "vllm.tool_parsers.seed_oss_engine_tool_parser",
+     "SeedOssEngineToolParser"),
+    ("qwen3_xml", _xml("<tool_call>", "</tool_call>"), "vllm.tool_parsers.qwen3_engine_tool_parser",
+     "Qwen3EngineToolParser"),
+    ("step3p5", _xml("<tool_call>", "</tool_call>"), "vllm.tool_parsers.step3p5_tool_parser", "Step3p5ToolParser"),
+    ("longcat", _json("<longcat_tool_call>", "</longcat_tool_call>"), "vllm.tool_parsers.longcat_tool_parser",
+     "LongcatFlashToolParser"),
+    ("hunyuan_a13b", _json("<tool_calls>", "</tool_calls>", array=True), "vllm.tool_parsers.hunyuan_a13b_tool_parser",
+     "HunyuanA13BToolParser"),
+    ("jamba", _json("<tool_calls>", "</tool_calls>", array=True), "vllm.tool_parsers.jamba_tool_parser",
+     "JambaToolParser"),
+    ("internlm", _json("<|action_start|><|plugin|>\n", "<|action_end|>", "parameters"),
+     "vllm.tool_parsers.internlm2_tool_parser", "Internlm2ToolParser"),
+    ("lfm2", _pythonic("<|tool_call_start|>", "<|tool_call_end|>"), "vllm.tool_parsers.lfm2_tool_parser",
+     "Lfm2ToolParser"),
+    ("olmo3", _pythonic("<function_calls>", "</function_calls>", brackets=False),
+     "vllm.tool_parsers.olmo3_tool_parser", "Olmo3PythonicToolParser"),
+]
+# (our reasoning parser, start marker, end marker, vLLM's parser: module, class)
+REASONING_WORKLOADS = [
+    ("qwen3", "<think>", "</think>", "vllm.reasoning.qwen3_engine_reasoning_parser", "Qwen3ParserReasoningAdapter"),
+    ("deepseek_r1", "<think>", "</think>", "vllm.reasoning.deepseek_r1_reasoning_parser", "DeepSeekR1ReasoningParser"),
+    ("gemma4", "<|channel>thought\n", "<channel|>", "vllm.reasoning.gemma4_engine_reasoning_parser",
+     "Gemma4ParserReasoningAdapter"),
+    ("seed_oss", "<seed:think>", "</seed:think>", "vllm.reasoning.seed_oss_engine_reasoning_parser",
+     "SeedOssParserReasoningAdapter"),
+]
 WORDS = ('def handle(request):\n    """Serve one \\"request\\" — ünïcode ☃ 日本語."""\n    return {"ok": True, '
          '"items": [1, 2, 3]}\n').split(" ")
 
@@ -43,7 +124,7 @@ def load_tokenizer():
     if not MODEL_DIR.exists():
         sys.exit(f"tokenizer not found at {MODEL_DIR}: run `agentserve prepare-model` first")
     tok = AutoTokenizer.from_pretrained(str(MODEL_DIR))
-    tok.add_special_tokens({"additional_special_tokens": ["<think>", "</think>", "<tool_call>", "</tool_call>"]})
+    tok.add_special_tokens({"additional_special_tokens": SPECIALS})
     return tok
 
 
@@ -147,11 +228,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     import logging
 
     logging.disable(logging.WARNING)
+    import importlib
+
     import vllm
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-    from vllm.reasoning.deepseek_r1_reasoning_parser import DeepSeekR1ReasoningParser
-    from vllm.reasoning.qwen3_engine_reasoning_parser import Qwen3ParserReasoningAdapter
-    from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
+
+    def vllm_class(module: str, name: str):
+        return getattr(importlib.import_module(module), name)
 
     tok = load_tokenizer()
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
@@ -160,33 +243,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n in sizes:
         body = filler(tok, n)
         # --- tool-call arguments -----------------------------------------------------------------------------
-        text = "<tool_call>\n" + json.dumps({"name": "write_file", "arguments": {"path": "app/handler.py",
-                                             "content": body}}, ensure_ascii=False) + "\n</tool_call>"
-        ids, deltas = token_stream(tok, text)
-        ours_t, ours_per, events = best_of(args.runs, lambda: time_ours({"tool_calls": "hermes", "tools": TOOLS},
-                                                                         deltas))
-        end = [e for e in events if type(e).__name__ == "ToolCallEnd"]
-        assert len(end) == 1 and json.loads(end[0].arguments)["content"] == body, "our parse is wrong"
-        def vllm_hermes():
-            hp = Hermes2ProToolParser(tok, None)
-            return time_vllm(lambda *a: hp.extract_tool_calls_streaming(*a, request), ids, deltas)
+        for name, render, module, cls_name in TOOL_WORKLOADS:
+            ids, deltas = token_stream(tok, render(body))
+            ours_t, ours_per, events = best_of(args.runs, lambda: time_ours({"tool_calls": name, "tools": TOOLS},
+                                                                             deltas))
+            end = [e for e in events if type(e).__name__ == "ToolCallEnd"]
+            assert len(end) == 1 and json.loads(end[0].arguments)["content"] == body, f"our {name} parse is wrong"
+            cls = vllm_class(module, cls_name)
 
-        v_t, v_per, outs = best_of(args.runs, vllm_hermes)
-        v_ok = _loads(vllm_args(outs)).get("content") == body
-        rows.append(_row("tool_args_hermes", n, len(ids), ours_t, ours_per, v_t, v_per, v_ok))
+            def vllm_tools():
+                tp = cls(tok, None)
+                return time_vllm(lambda *a: tp.extract_tool_calls_streaming(*a, request), ids, deltas)
+
+            v_t, v_per, outs = best_of(args.runs, vllm_tools)
+            v_ok = _loads(vllm_args(outs)).get("content") == body
+            rows.append(_row(f"tool_args_{name}", n, len(ids), ours_t, ours_per, v_t, v_per, v_ok))
         # --- reasoning -----------------------------------------------------------------------------------------
-        rtext = "<think>" + body + "</think>\n\nDone: the handler is written."
-        rids, rdeltas = token_stream(tok, rtext)
-        for name, cls in (("qwen3", Qwen3ParserReasoningAdapter), ("deepseek_r1", DeepSeekR1ReasoningParser)):
+        for name, start, stop, module, cls_name in REASONING_WORKLOADS:
+            rids, rdeltas = token_stream(tok, start + body + stop + "\n\nDone: the handler is written.")
             ours_t, ours_per, events = best_of(args.runs, lambda: time_ours({"reasoning": name}, rdeltas))
             got = "".join(e.text for e in events if type(e).__name__ == "ReasoningDelta")
             assert got == body, f"our {name} parse is wrong"
+            cls = vllm_class(module, cls_name)
             v_t, v_per, outs = best_of(args.runs, lambda: time_vllm(cls(tok).extract_reasoning_streaming, rids,
                                                                     rdeltas))
             v_ok = vllm_reasoning(outs).strip() == body.strip()
             rows.append(_row(f"reasoning_{name}", n, len(rids), ours_t, ours_per, v_t, v_per, v_ok))
-        r = rows[-3]
-        print(f"  {n:>6} tokens done ({time.perf_counter() - t_start:5.1f} s; hermes x{r['speedup']:.1f})",
+        hermes = next(r for r in rows[::-1] if r["workload"] == "tool_args_hermes")
+        print(f"  {n:>6} tokens done ({time.perf_counter() - t_start:5.1f} s; hermes x{hermes['speedup']:.1f})",
               file=sys.stderr, flush=True)
 
     result = {
@@ -194,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "vllm_version": vllm.__version__,
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
-        "tokenizer": "SmolLM2-135M-Instruct (+<think>,</think>,<tool_call>,</tool_call> as special tokens)",
+        "tokenizer": f"SmolLM2-135M-Instruct (+{', '.join(SPECIALS)} as special tokens)",
         "delta": "one token per feed",
         "runs": args.runs,
         "timing": "fastest of `runs` repeats (total), element-wise fastest per-delta costs",
@@ -233,10 +317,10 @@ def _row(workload, n, tokens, ours_t, ours_per, v_t, v_per, vllm_ok) -> dict:
 
 
 def print_table(rows) -> None:
-    print(f"\n{'workload':<22}{'tokens':>8}{'ours tok/s':>13}{'vLLM tok/s':>13}{'speedup':>9}"
+    print(f"\n{'workload':<26}{'tokens':>8}{'ours tok/s':>13}{'vLLM tok/s':>13}{'speedup':>9}"
           f"{'ours us/delta':>15}{'vLLM us/delta':>15}{'vLLM ok':>9}")
     for r in rows:
-        print(f"{r['workload']:<22}{r['tokens']:>8}{r['ours_tok_per_s']:>13,}{r['vllm_tok_per_s']:>13,}"
+        print(f"{r['workload']:<26}{r['tokens']:>8}{r['ours_tok_per_s']:>13,}{r['vllm_tok_per_s']:>13,}"
               f"{r['speedup']:>8.1f}x{r['ours_per_delta_us']:>15.2f}{r['vllm_per_delta_us']:>15.2f}"
               f"{'yes' if r['vllm_output_matches'] else 'NO':>9}")
 

@@ -9,6 +9,10 @@ inside tool arguments stays argument text. Several reasoning blocks per output a
 inside its thinking without `</think>` (as vLLM notes), Kimi its tool-call section. A marker with a confirmation only
 ends the block when that follows it (after whitespace, within `LOOKAHEAD` characters): `<tool_call>` is a call only
 as `<tool_call>\n<function=`, and a thought that merely mentions `<tool_call>` stays reasoning.
+
+`also_start` are shorter spellings of the start marker that open the block too: Gemma 4 opens it with the special
+token `<|channel>` and a `thought` label (`start`, label dropped); the bare token alone must still open it, and the
+decode path must keep that token for the parser.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ class ReasoningFormat:
     end: str
     forced: bool = False
     implicit_end: tuple[tuple[str, str], ...] = ()  # (marker, confirmation or "") pairs
+    also_start: tuple[str, ...] = ()  # shorter spellings of `start` (the longest one written wins)
+
+    @property
+    def starts(self) -> tuple[str, ...]:
+        return (self.start, *self.also_start)
 
 
 _THINK = ("<think>", "</think>")
@@ -47,6 +56,10 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
     # model without tool calls, not served here.
     "kimi": ReasoningFormat(*_THINK, implicit_end=(("<|tool_calls_section_begin|>", ""),)),
     "mistral": ReasoningFormat("[THINK]", "[/THINK]"),
+    # Gemma 4: `<|channel>thought\n…<channel|>`; a call may open straight from the thought (as vLLM notes).
+    "gemma4": ReasoningFormat("<|channel>thought\n", "<channel|>", implicit_end=(("<|tool_call>", ""),),
+                              also_start=("<|channel>thought", "<|channel>")),
+    "seed_oss": ReasoningFormat("<seed:think>", "</seed:think>"),
 }
 # "gpt_oss" is handled by harmony.HarmonyStage (channels decide reasoning and tool calls together).
 
@@ -71,8 +84,8 @@ class ReasoningStage:
         self.sc = MarkerScanner()
         self.in_reasoning = fmt.forced or started
         self._implicit = dict(fmt.implicit_end)
-        self._in_set = MarkerSet((fmt.start, fmt.end, *self._implicit))
-        self._out_set = MarkerSet((fmt.start,))
+        self._in_set = MarkerSet((*fmt.starts, fmt.end, *self._implicit))
+        self._out_set = MarkerSet(fmt.starts)
 
     def feed(self, data: str, final: bool = False) -> None:
         sc = self.sc

@@ -74,6 +74,19 @@ POLICIES: dict[str, ReplayPolicy] = {
            tool_turns="keep",
            note="Magistral / Ministral-3 Reasoning chat_template: no reasoning_content; `thinking` content chunks "
                 "render as [THINK]...[/THINK] in place on every assistant turn, calls after content"),
+        _p(family="gemma4", think_open="<|channel>thought\n", think_close="\n<channel|>", plain_turns="drop",
+           tool_turns="keep", enable={"enable_thinking": True}, disable={"enable_thinking": False},
+           note="google/gemma-4 chat_template.jinja: reads reasoning (or reasoning_content), renders "
+                "<|channel>thought\\n…\\n<channel|> only on tool-call turns after the last user message; strips "
+                "channel blocks from every model turn's content; enable_thinking writes <|think|> in the system "
+                "turn, off the prompt ends with an empty <|channel>thought\\n<channel|>"),
+        _p(family="seed_oss", think_open="<seed:think>", think_close="</seed:think>", plain_turns="keep",
+           tool_turns="keep",
+           note="ByteDance-Seed/Seed-OSS-36B-Instruct chat_template.jinja: reads reasoning_content and renders "
+                "<seed:think>rc|trim</seed:think> on every assistant turn, plain and tool-call alike. Its switch is "
+                "thinking_budget (0: the prompt ends <seed:think><seed:cot_budget_reflect> and the model writes a "
+                "budget note before </seed:think>, which a parser switched off would show as answer text), so "
+                "thinking off is left to the engine's budget of 0"),
         _p(family="agentserve_default", think_open="<think>\n", think_close="\n</think>\n\n",
            plain_turns="keep", tool_turns="keep", enable={"enable_thinking": True},
            disable={"enable_thinking": False}, note="the embedded template keeps every turn's reasoning"),
@@ -94,6 +107,8 @@ _BY_PARSER = {
     "gpt_oss": "gpt_oss",
     "minimax_append_think": "minimax",
     "mistral": "mistral",
+    "gemma4": "gemma4",
+    "seed_oss": "seed_oss",
 }
 
 

@@ -20,6 +20,9 @@ _ARGS_STRING_GUARD = re.compile(r"arguments['\"]?\]?\s+is\s+(?:not\s+)?string")
 _ARGS_MAPPING = re.compile(
     r"arguments['\"]?\]?\s*(?:\|\s*(?:tojson|items)\b|\.items\(\)|\s+is\s+mapping|\s+or\s+\{\s*\})"
 )
+# A template that tests for a mapping first renders one as intended, its string branch only a fallback (Gemma 4 writes a
+# string verbatim between its own braces, so JSON text there would render `{{"k": …}}`).
+_ARGS_IS_MAPPING = re.compile(r"arguments['\"]?\]?\s+is\s+mapping")
 
 
 @dataclass(frozen=True)
@@ -52,5 +55,6 @@ def inspect_template(source: str) -> TemplateCaps:
         variables=variables,
         reasoning_field="thinking" if thinking else "reasoning_content",
         one_call_per_message=bool(_FIRST_CALL_ONLY.search(source)),
-        arguments_as_mapping=not _ARGS_STRING_GUARD.search(source) and bool(_ARGS_MAPPING.search(source)),
+        arguments_as_mapping=bool(_ARGS_IS_MAPPING.search(source))
+        or (not _ARGS_STRING_GUARD.search(source) and bool(_ARGS_MAPPING.search(source))),
     )

@@ -1,5 +1,9 @@
-"""Pythonic tool calls (Llama 3.2/4, Olmo): `[get_weather(city="Paris", days=3), ping()]`, bare at the start of the
-output or wrapped in `<|python_start|>…<|python_end|>`.
+"""Pythonic tool calls: `[get_weather(city="Paris", days=3), ping()]`, bare at the start of the output or wrapped in
+a format's markers (`PythonicFormat`, data):
+
+    pythonic: <|python_start|>[f(a=1), g()]<|python_end|> (Llama 3.2 / 4), or bare
+    lfm2:     <|tool_call_start|>[f(a=1)]<|tool_call_end|> (LFM2)
+    olmo3:    <function_calls>f(a=1)\ng(b=true)</function_calls> (OLMo 3: one call a line, JSON literals allowed)
 
 Keyword values are Python literals; each is converted to JSON when it completes (`{"city": "Paris"` then
 `, "days": 3` then `}`). A bare `[` that does not continue as `[name(` is answer text after all.
@@ -11,28 +15,43 @@ import ast
 import json
 import re
 
+from dataclasses import dataclass
+
 from ..jsonscan import WS
 from ..scanner import EMPTY, MarkerSet
 from ..sink import CallSink
 from .base import DONE, Body
 
-__all__ = ["PythonicBody", "PY_START", "PY_END"]
+__all__ = ["PythonicBody", "PythonicFormat", "PY_START", "PY_END", "PYTHONIC", "LFM2", "OLMO3"]
 
 PY_START = "<|python_start|>"
 PY_END = "<|python_end|>"
 
+
+@dataclass(frozen=True)
+class PythonicFormat:
+    start: str  # the marker that wraps a list (or a single call); a bare `[` needs none
+    end: str
+    lines: bool = False  # wrapped calls may follow each other on new lines, without list brackets
+    json_literals: bool = False  # values may be JSON's true / false / null
+
+
+PYTHONIC = PythonicFormat(PY_START, PY_END)
+LFM2 = PythonicFormat("<|tool_call_start|>", "<|tool_call_end|>")
+OLMO3 = PythonicFormat("<function_calls>", "</function_calls>", lines=True, json_literals=True)
+
 _LIST, _CALL, _NAME, _KEY, _VAL, _AFTER, _DONE, _BAD, _SKIP = range(9)
 _RESUME = -3  # from a state change inside `_text`: go on at `resume_at`
 _IDENT = re.compile(r"[A-Za-z0-9_.\-]")
-_VAL_STOP = re.compile(r"""[\\'"()\[\]{},]""")
-_END_SET = MarkerSet((PY_END,))
+_VAL_STOP = re.compile(r"""[\\'"()\[\]{},\n]""")  # a newline ends a skipped call where calls are lines
 
 
 class PythonicBody(Body):
-    def __init__(self, sink: CallSink, opened_by: str) -> None:
+    def __init__(self, sink: CallSink, opened_by: str, fmt: PythonicFormat = PYTHONIC) -> None:
         self.sink = sink
-        self.wrapped = opened_by == PY_START
-        self.markers = _END_SET if self.wrapped else EMPTY
+        self.f = fmt
+        self.wrapped = opened_by == fmt.start
+        self.markers = MarkerSet((fmt.end,)) if self.wrapped else EMPTY
         self.st = _LIST
         self.probe: list[str] | None = None if self.wrapped else []  # text seen before the first call commits
         self.nparams = 0
@@ -75,11 +94,22 @@ class PythonicBody(Body):
         try:
             value = json.dumps(ast.literal_eval(src), ensure_ascii=False)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return f"argument {self.key!r} is not a Python literal"
+            value = self._json_literal(src)
+            if value is None:
+                return f"argument {self.key!r} is not a Python literal"
         head = "{" if self.nparams == 0 else ", "
         self.nparams += 1
         self.sink.args(f"{head}{json.dumps(self.key, ensure_ascii=False)}: {value}")
         return None
+
+    def _json_literal(self, src: str) -> str | None:
+        """The value as JSON, where the format allows JSON literals (`true`, `[1, null]`), else None."""
+        if not self.f.json_literals:
+            return None
+        try:
+            return json.dumps(json.loads(src), ensure_ascii=False)
+        except ValueError:
+            return None
 
     def _end_call(self, at: int) -> None:
         self.sink.args("}" if self.nparams else "{}")
@@ -99,14 +129,14 @@ class PythonicBody(Body):
             if st == _BAD or st == _DONE:
                 return i if (st == _DONE and not self.wrapped) else None
             if st == _SKIP:
-                j = self._scan(t, i, ",]")
+                j = self._scan(t, i, ",]\n" if self.f.lines and self.wrapped else ",]")
                 if j == -1:
                     return None
                 if j == -2:
                     return self._bad(self.failed)
-                self.tok = []
+                self.tok, self.gap = [], False
                 self.sink.error(self.failed, at=j)
-                self.st = _CALL if t[j] == "," else _DONE
+                self.st = _DONE if t[j] == "]" else _CALL
                 i = j + 1
                 continue
             if st == _VAL:
@@ -166,7 +196,9 @@ class PythonicBody(Body):
                 else:
                     return self._not_a_call(i, t)
             elif st == _AFTER:
-                if c == ",":
+                if self.f.lines and self.wrapped and _IDENT.match(c):
+                    self.st, self.tok = _NAME, [c]  # the next call, on its own line
+                elif c == ",":
                     self.st = _CALL
                 elif c == "]":
                     self.st = _DONE

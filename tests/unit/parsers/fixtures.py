@@ -150,6 +150,51 @@ def r_deepseek_v32(calls):
     return f"\n\n<｜DSML｜function_calls>\n{inv}</｜DSML｜function_calls>"
 
 
+def r_longcat(calls):
+    return "".join(f"<longcat_tool_call>{_j({'name': n, 'arguments': a})}</longcat_tool_call>\n" for n, a in calls)
+
+
+def r_tool_calls_array(calls):  # Hunyuan A13B, Jamba
+    return "<tool_calls>" + _j([{"name": n, "arguments": a} for n, a in calls]) + "</tool_calls>"
+
+
+def r_internlm(calls):
+    return "".join(f"<|action_start|><|plugin|>\n{_j({'name': n, 'parameters': a})}<|action_end|>" for n, a in calls)
+
+
+def r_lfm2(calls):
+    return "<|tool_call_start|>" + r_pythonic(calls) + "<|tool_call_end|>"
+
+
+def r_olmo3(calls):  # one call a line, values as JSON literals (true, null)
+    lines = (f"{n}(" + ", ".join(f"{k}={_j(v)}" for k, v in a.items()) + ")" for n, a in calls)
+    return "<function_calls>" + "\n".join(lines) + "</function_calls>"
+
+
+def gemma_value(v: Any, quote: str) -> str:
+    """A value in Gemma's notation, as its template's format_argument writes it (keys bare, strings quoted)."""
+    if isinstance(v, str):
+        return f"{quote}{v}{quote}"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{gemma_value(x, quote)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(gemma_value(x, quote) for x in v) + "]"
+    return str(v)  # numbers; None as the template renders it
+
+
+def r_gemma(open_: str, close: str, quote: str) -> Callable:
+    def render(calls):
+        return "".join(f"{open_}call:{n}{gemma_value(a, quote)}{close}" for n, a in calls)
+
+    return render
+
+
+r_gemma4 = r_gemma("<|tool_call>", "<tool_call|>", '<|"|>')
+r_functiongemma = r_gemma("<start_function_call>", "<end_function_call>", "<escape>")
+
+
 def r_harmony(calls):
     return "".join(
         f"<|start|>assistant<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>{_j(a)}<|call|>"
@@ -196,6 +241,16 @@ FAMILIES = [
     Family("deepseek_r1+deepseek_v31", "deepseek_r1", "deepseek_v31", r_deepseek_v31, think, forced=True),
     Family("deepseek_r1+deepseek_v32", "deepseek_r1", "deepseek_v32", r_deepseek_v32, think_forced, forced=True),
     Family("none+seed_oss", None, "seed_oss", r_seed_oss, None),
+    Family("seed_oss+seed_oss", "seed_oss", "seed_oss", r_seed_oss, lambda r: f"<seed:think>{r}</seed:think>"),
+    Family("gemma4+gemma4", "gemma4", "gemma4", r_gemma4, lambda r: f"<|channel>thought\n{r}<channel|>"),
+    Family("none+functiongemma", None, "functiongemma", r_functiongemma, None),
+    Family("none+granite4", None, "granite4", r_hermes, None),
+    Family("none+longcat", None, "longcat", r_longcat, None),
+    Family("none+hunyuan_a13b", None, "hunyuan_a13b", r_tool_calls_array, None),
+    Family("none+jamba", None, "jamba", r_tool_calls_array, None),
+    Family("none+internlm", None, "internlm", r_internlm, None),
+    Family("none+lfm2", None, "lfm2", r_lfm2, None),
+    Family("none+olmo3", None, "olmo3", r_olmo3, None),
     Family("kimi+kimi_k2", "kimi", "kimi_k2", r_kimi),
     Family("qwen3+kimi_k2", "qwen3", "kimi_k2", r_kimi),
     Family("glm45+glm47", "glm45", "glm47", r_glm47),

@@ -115,6 +115,13 @@ def summary(events: list[Any]) -> list[tuple]:
     return res
 
 
+def views(kw: dict[str, Any], text: str) -> list[tuple]:
+    """The summary of `text` fed whole, after checking that one character a delta gives the same."""
+    whole = summary(run(kw, [text]))
+    assert summary(run(kw, list(text))) == whole
+    return whole
+
+
 def split(text: str, cuts: list[int]) -> list[str]:
     bounds = [0, *sorted(set(cuts)), len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]

@@ -17,6 +17,9 @@ CASES = [
     ("hermes", '<tool_call>{"name": "get weather", "arguments": {}}</tool_call>', '"get weather"'),
     ("deepseek_v31", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>a b<｜tool▁sep｜>{}<｜tool▁call▁end｜>", "a b"),
     ("glm47", "<tool_call>not a name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>", "not a name"),
+    ("gemma4", '<|tool_call>call:get weather{city:<|"|>Paris<|"|>}<tool_call|>', "get weather"),
+    ("functiongemma", "<start_function_call>call:a/b{}<end_function_call>", "a/b"),
+    ("granite4", '<tool_call>{"name": "x:y", "arguments": {}}</tool_call>', '"x:y"'),
 ]
 
 

@@ -6,15 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import run, summary
+from .helpers import views
 
 CALL = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
-
-
-def views(kw, text):
-    whole = summary(run(kw, [text]))
-    assert summary(run(kw, list(text))) == whole
-    return whole
 
 
 def answer(view):

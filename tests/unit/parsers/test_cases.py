@@ -19,22 +19,16 @@ from agentserve.parsers import (
 )
 
 from .fixtures import TOOLS
-from .helpers import run, summary
-
-
-def views(kw, text):
-    whole = summary(run(kw, [text]))
-    assert summary(run(kw, list(text))) == whole
-    return whole
+from .helpers import run, views
 
 
 def test_registries_are_sorted_and_complete():
     r, t = reasoning_parsers(), tool_call_parsers()
     assert list(r) == sorted(r) and list(t) == sorted(t)
     assert {"deepseek_r1", "qwen3", "nemotron_deci", "nemotron3", "nemotron_nano", "glm45", "kimi", "mistral",
-            "gpt_oss", "minimax_append_think"} <= set(r)
+            "gpt_oss", "minimax_append_think", "gemma4", "seed_oss"} <= set(r)
     assert {"hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "deepseek_v3", "deepseek_v31", "kimi_k2",
-            "glm47", "glm45", "minimax_m2", "harmony", "nemotron_deci"} <= set(t)
+            "glm47", "glm45", "minimax_m2", "harmony", "nemotron_deci", "gemma4", "functiongemma", "granite4"} <= set(t)
 
 
 def test_unknown_names_and_bad_combinations_raise_at_construction():

@@ -24,6 +24,10 @@ MARKERS = [
     '<｜DSML｜parameter name="', '" string="true">', '" string="false">', "</｜DSML｜parameter>", "\n```",
     "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>",
     "analysis", "final", "commentary", " to=functions.f ", "json",
+    "<|channel>", "thought\n", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "call:", "call:f{",
+    "<start_function_call>", "<end_function_call>", "<escape>", "<seed:think>", "</seed:think>",
+    "<longcat_tool_call>", "</longcat_tool_call>", "<tool_calls>", "</tool_calls>", "<|action_start|>", "<|plugin|>",
+    "<|action_end|>", "<|tool_call_start|>", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "true",
 ]
 JSONISH = ['{"name": "f", "arguments": {"a": 1}}', '{"name": ', '"arguments": {', "}", "{", "]", "[", '"', "\\",
            ", ", ";", "f(a=1)", "[f(", "x=", "'s'", "\n", " ", "```json\n", "get_weather", "null", "é☃🎉"]

@@ -6,17 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import run, summary
+from .helpers import views
 
 XML_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
 KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
              '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>')
-
-
-def views(kw, text):
-    whole = summary(run(kw, [text]))
-    assert summary(run(kw, list(text))) == whole
-    return whole
 
 
 @pytest.mark.parametrize(("lead", "started"), [("<think>", False), ("<think>", True), ("", True)])

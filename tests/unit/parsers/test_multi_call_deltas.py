@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 
 from agentserve.parsers import ToolCallError, tool_call_parsers
 
-from .fixtures import CALL_A, CALL_B, CALL_NESTED, FAMILIES, TOOLS, r_deepseek_v31
+from .fixtures import CALL_A, CALL_B, CALL_NESTED, FAMILIES, TOOLS, r_deepseek_v31, r_hermes, r_qwen3_coder
 from .helpers import check_protocol, merged, run, split
 
-RENDER = {f.tool_calls: f.render_calls for f in FAMILIES if f.render_calls} | {"deepseek_v3_1": r_deepseek_v31}
+# every tool-call format, aliases included (another name for a format renders as that format)
+RENDER = {f.tool_calls: f.render_calls for f in FAMILIES if f.render_calls} | {
+    "deepseek_v3_1": r_deepseek_v31, "qwen3_xml": r_qwen3_coder, "qwen3_json": r_hermes, "step3p5": r_qwen3_coder}
 POOL = [CALL_A, CALL_B, CALL_NESTED, ("bad name", {"a": 1}), ("x:y", {}), ("ping", {})]
 
 

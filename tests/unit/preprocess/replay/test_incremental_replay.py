@@ -94,13 +94,29 @@ def test_incremental_prompt_equals_the_full_path(make_preprocessor, name, steps,
     drive(pre, fam, api, steps)
 
 
+# Templates that render a turn's text after the tool results that answer its calls (Gemma 4: calls, results, then the
+# content, all in one model turn): a turn with text and calls renders differently once its results arrive.
+TEXT_AFTER_RESULTS = {"gemma4"}
+
+
 @pytest.mark.parametrize("api", APIS)
-@pytest.mark.parametrize("name", KEEPING)
+@pytest.mark.parametrize("name", [n for n in KEEPING if n not in TEXT_AFTER_RESULTS])
 def test_tool_result_turns_extend_the_kept_prompt(make_preprocessor, name, api):
     """An agent loop of tool results: after the first turn, every turn is extended, not re-rendered."""
     fam = FAMILIES[name]
     pre = make_preprocessor(fam.template, fam.specials, fam.reasoning, fam.policy, fam.tools)
     assert drive(pre, fam, api, ["results"] * 4) >= 3
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_AFTER_RESULTS))
+def test_a_template_that_moves_text_after_the_results_takes_the_full_path(make_preprocessor, name):
+    """The probe finds that tool results rewrite such a turn's rendering, so the tool role is not cleared: every turn
+    is rendered whole (and still agrees with the kept prompt), never extended from a window that would differ."""
+    fam = FAMILIES[name]
+    pre = make_preprocessor(fam.template, fam.specials, fam.reasoning, fam.policy, fam.tools)
+    cleared = pre._windows.cleared(True, pre.template_kwargs({}, None), fam.eot)
+    assert frozenset({"tool"}) not in cleared
+    assert drive(pre, fam, "chat", ["results"] * 3) == 0
 
 
 def test_a_new_user_query_under_a_template_that_drops_earlier_reasoning_falls_back(make_preprocessor):

@@ -49,6 +49,8 @@ FAMILIES = [
     ("nemotron", "nemotron3", None),
     ("nemotron_v2", "nemotron_deci", None),
     ("gpt_oss", "gpt_oss", None),
+    ("gemma4", "gemma4", None),
+    ("seed_oss", "seed_oss", None),
     ("agentserve_default", "qwen3", "agentserve_default"),
     ("deepseek_vl2", None, None),
 ]

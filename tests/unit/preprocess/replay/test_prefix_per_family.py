@@ -124,6 +124,16 @@ def _mistral(call) -> str:
     return f"[TOOL_CALLS]{call[0]}[ARGS]{args(call)}"
 
 
+def _gemma4(call) -> str:
+    kv = ",".join(f'{k}:<|"|>{v}<|"|>' for k, v in call[1].items())
+    return f"<|tool_call>call:{call[0]}{{{kv}}}<tool_call|>"
+
+
+def _seed(call) -> str:
+    params = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in call[1].items())
+    return f"\n<seed:tool_call>\n<function={call[0]}>\n{params}</function>\n</seed:tool_call>"
+
+
 FAMILIES: dict[str, Family] = {
     "agentserve_default": Family(
         "agentserve_default", "agentserve_default", "qwen3", "hermes", (QWEN_OUT,), "<|im_end|>",
@@ -191,6 +201,20 @@ FAMILIES: dict[str, Family] = {
         (f"[THINK]{R1}[/THINK]{_mistral(CALL1)}{_mistral(CALL2)}",), "</s>",
         ("<s>", "</s>", "[INST]", "[/INST]", "[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]", "[TOOL_RESULTS]",
          "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"),
+    ),
+    "gemma4": Family(
+        # The calls end the model's turn at <|tool_response>: the results continue that same turn.
+        "gemma4", "gemma4", "gemma4", "gemma4",
+        (f"<|channel>thought\n{R1}\n<channel|>{_gemma4(CALL1)}{_gemma4(CALL2)}",), "<|tool_response>",
+        ("<bos>", "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+         '<|"|>', "<|tool_response>", "<tool_response|>", "<|tool>", "<tool|>"),
+        thinking_off="<|turn>model\n<|channel>thought\n<channel|>",
+    ),
+    "seed_oss": Family(
+        "seed_oss", "seed_oss", "seed_oss", "seed_oss",
+        (f"<seed:think>{R1}</seed:think>{_seed(CALL1)}{_seed(CALL2)}",), "<seed:eos>",
+        ("<seed:bos>", "<seed:eos>", "<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>",
+         "<seed:cot_budget_reflect>", "</seed:cot_budget_reflect>"),
     ),
 }
 
@@ -456,6 +480,8 @@ PLAIN_KEPT = {
     "gpt_oss": False,  # analysis only on tool-call messages
     "minimax": False,  # only after the last user message
     "mistral": True,  # policy keep: [THINK] chunks on every turn
+    "gemma4": False,  # only on tool-call turns after the last user message
+    "seed_oss": True,  # every assistant turn's
 }
 
 
@@ -533,6 +559,8 @@ CAPS = {
     "gpt_oss": (True, "thinking", True, True, {"reasoning_effort", "tools"}),
     "minimax": (True, "reasoning_content", False, True, {"tools"}),
     "mistral": (False, "reasoning_content", False, False, {"tools"}),
+    "gemma4": (True, "reasoning_content", False, True, {"enable_thinking", "tools"}),  # mapping tested first
+    "seed_oss": (True, "reasoning_content", False, True, {"thinking_budget", "tools"}),
 }
 
 

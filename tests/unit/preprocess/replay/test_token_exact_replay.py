@@ -32,6 +32,10 @@ def non_canonical(output: str) -> str:
     markers the other way round (gone where the template writes them, added where it does not), JSON compact."""
     if "<think>" in output and "<think>\n" not in output:  # GLM, Kimi: the template writes <think>R</think>
         return output.replace("<think>", "<think>\n").replace("</think>", "\n</think>")
+    if "<seed:think>" in output:  # Seed-OSS: the template writes <seed:think>R</seed:think>
+        return output.replace("<seed:think>", "<seed:think>\n").replace("</seed:think>", "\n</seed:think>")
+    if "<channel|>" in output:  # Gemma 4: the template writes thought\nR\n<channel|>
+        return output.replace("\n<channel|>", "<channel|>")
     for marker in ("<think>\n", "[THINK]\n"):
         output = output.replace(marker, marker.rstrip("\n"))
     for marker in ("\n</think>\n\n", "\n</think>\n", "\n</think>"):
