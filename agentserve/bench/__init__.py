@@ -52,6 +52,8 @@ _ALL = (
     Benchmark("splice-cost", "splice_cost", "what splicing kept turns costs the preprocessor", "nothing"),
     Benchmark("long-session", "long_session", "a long Claude Code-shaped session's next turn, 10-300 turns, warm/cold",
               "graph (scripted)"),
+    Benchmark("session-vs-vllm", "session_vs_vllm", "one session's turns to the 32K window: graph vs `vllm serve`",
+              "make serve + vllm serve"),
     Benchmark("router", "router_sim", "simulated multi-turn agent sessions over 4-64 replicas", "nothing"),
     Benchmark("router-vllm", "router_vllm", "kv routing vs round-robin on 2 real vLLM replicas", "graph (vLLM x2)"),
     Benchmark("normalize", "normalize", "tool-order normalization and prefix reuse", "nothing"),

@@ -697,6 +697,39 @@ def plot(result: dict[str, Any], names: list[str], path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def contender_servers(
+    contenders: Sequence[str], config: dict[str, Any], eng: dict[str, Any], tmp: Path, env: dict[str, str], *,
+    direct_ingress: bool = False,
+) -> list[Server]:
+    """The contenders, not started: each on a free loopback port with its log in `tmp`."""
+    servers: list[Server] = []
+    for name in contenders:
+        port = free_port()
+        if name == "graph":
+            graph_config(config, port, tmp / "serve_config.yaml")
+            # The graph as `make serve` runs it: `serve run` with the Makefile's SERVE_ENV, own Ray temp dir.
+            from agentserve.bench.idle import make_serve_argv
+
+            ray_tmp = Path(tempfile.mkdtemp(prefix="rv_", dir="/tmp"))
+            from agentserve.serve import ray_env
+
+            genv = {**env, **ray_env.beside_others(), "RAY_TMPDIR": str(ray_tmp)}  # HAProxy's own ports free too
+            if direct_ingress:  # the one ingress replica gets the only port of Serve's direct-ingress range
+                port = free_port()
+                genv.update(RAY_SERVE_ENABLE_DIRECT_INGRESS="1", RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=str(port),
+                            RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=str(port + 1))
+            servers.append(Server("graph", make_serve_argv(tmp / "serve_config.yaml"), port, tmp / "graph.log", genv))
+        elif name == "vllm":
+            servers.append(Server("vllm", vllm_serve_argv(eng, port), port, tmp / "vllm.log", env))
+        else:
+            ensure_rayllm_deps()
+            ray_tmp = Path(tempfile.mkdtemp(prefix="rl_", dir="/tmp"))
+            pp = os.pathsep.join(x for x in (str(RAYLLM_DEPS), env.get("PYTHONPATH", "")) if x)
+            servers.append(Server("rayllm", [sys.executable, "-m", MODULE, "--rayllm-launcher", json.dumps({"port": port})],
+                                  port, tmp / "rayllm.log", {**env, "RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": pp}))
+    return servers
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="agentserve bench vs-vllm", description=__doc__.split("\n\n")[0])
@@ -749,31 +782,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_vs_vllm_"))
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1,localhost")
-    servers: list[Server] = []
-    for name in a.contenders:
-        port = free_port()
-        if name == "graph":
-            graph_config(config, port, tmp / "serve_config.yaml")
-            # The graph as `make serve` runs it: `serve run` with the Makefile's SERVE_ENV, own Ray temp dir.
-            from agentserve.bench.idle import make_serve_argv
-
-            ray_tmp = Path(tempfile.mkdtemp(prefix="rv_", dir="/tmp"))
-            from agentserve.serve import ray_env
-
-            genv = {**env, **ray_env.beside_others(), "RAY_TMPDIR": str(ray_tmp)}  # HAProxy's own ports free too
-            if a.direct_ingress:  # the one ingress replica gets the only port of Serve's direct-ingress range
-                port = free_port()
-                genv.update(RAY_SERVE_ENABLE_DIRECT_INGRESS="1", RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=str(port),
-                            RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=str(port + 1))
-            servers.append(Server("graph", make_serve_argv(tmp / "serve_config.yaml"), port, tmp / "graph.log", genv))
-        elif name == "vllm":
-            servers.append(Server("vllm", vllm_serve_argv(eng, port), port, tmp / "vllm.log", env))
-        else:
-            ensure_rayllm_deps()
-            ray_tmp = Path(tempfile.mkdtemp(prefix="rl_", dir="/tmp"))
-            pp = os.pathsep.join(x for x in (str(RAYLLM_DEPS), env.get("PYTHONPATH", "")) if x)
-            servers.append(Server("rayllm", [sys.executable, "-m", MODULE, "--rayllm-launcher", json.dumps({"port": port})],
-                                  port, tmp / "rayllm.log", {**env, "RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": pp}))
+    servers = contender_servers(a.contenders, config, eng, tmp, env, direct_ingress=a.direct_ingress)
     names = [s.name for s in servers]
 
     def on_signal(*_: Any) -> None:
