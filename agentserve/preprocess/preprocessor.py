@@ -38,6 +38,7 @@ from agentserve.protocol import (
     RouteRequest,
     SamplingParams,
     TextBlock,
+    ToolCallBlock,
     ToolSpec,
     Turn,
     caller_session,
@@ -166,6 +167,39 @@ class Preprocessor:
             return p.messages, p.turn_spans
 
         return probe_roles(plan, self._renderer(schemas, kwargs), end_token)
+
+    def probe_windows(self) -> None:
+        """Probe the template's window rules (incremental.WindowProbe) for the settings requests take by default
+        (tools or none; thinking as by default, on, off; each token the template ends an assistant turn with), as
+        a replica starts: else the first long session a new replica sees pays them (~4 ms) on its first turn."""
+        if self._kept is None or not self._incremental:
+            return
+        for end in self._turn_end_tokens():
+            for tools in (True, False):
+                for thinking in (None, True, False):
+                    self._windows.cleared(tools, self._with_defaults({}, thinking), end)
+
+    def _turn_end_tokens(self) -> list[str]:
+        """The last special token of an assistant turn's rendering, for a turn of text and one of a tool call: what a
+        generated turn ends with, and so where a kept turn's window is cut."""
+        user = Turn(role="user", blocks=(TextBlock(text="Probe question?"),))
+        specials = [t for t in set(self._end_tokens.values()) if t]
+        found: list[str] = []
+        for block in (TextBlock(text="Probe answer."), ToolCallBlock(id="call_probe", name="probe", arguments="{}")):
+            tools = (ToolSpec(name="probe", parameters={"type": "object"}),) if isinstance(block, ToolCallBlock) else ()
+            turns = (user, Turn(role="assistant", blocks=(block,)))
+            try:
+                before = self._probe_text(Conversation(turns=turns[:1], tools=tools), self._placement, True)
+                through = self._probe_text(Conversation(turns=turns, tools=tools), self._placement, False)
+            except Exception:  # noqa: BLE001 - a template that cannot render the probe: requests will probe
+                continue
+            # The turn's own rendering: past its generation prompt, or (a template that renders a finished turn's
+            # opening otherwise) past the question.
+            turn = through[len(before):] if through.startswith(before) else through[through.rfind("Probe question?"):]
+            ends = [(turn.rfind(t) + len(t), t) for t in specials if t in turn]
+            if ends and max(ends)[1] not in found:
+                found.append(max(ends)[1])
+        return found
 
     def template_kwargs(self, client: dict[str, Any], thinking: bool | None) -> dict[str, Any]:
         """Thinking on by default where the model reasons; never override what the client set. The client's own

@@ -61,6 +61,7 @@ class PreprocessorReplica:
                 clamp_max_tokens=a.clamp_max_tokens, kept=kept, scripted=resolved.engine(m.id).kind == "scripted",
                 cache_isolation=a.cache_isolation, memo_bytes=a.kept_turns.prompt_memo_bytes,
             )
+            pre.probe_windows()
             self._served[m.id] = (pre, None)
             self._served.update((ad.id, (pre, ad.id)) for ad in m.adapters)
         self._default = resolved.default.id

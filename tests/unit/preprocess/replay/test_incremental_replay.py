@@ -129,3 +129,19 @@ def test_a_new_user_query_under_a_template_that_drops_earlier_reasoning_falls_ba
     cleared = pre._windows.cleared(True, kwargs, end_token)
     assert frozenset({"tool"}) in cleared and frozenset({"user"}) not in cleared
     assert drive(pre, fam, "chat", ["user", "user"]) == 0
+
+
+@pytest.mark.parametrize("name", [n for n in KEEPING if n not in TEXT_AFTER_RESULTS])
+def test_a_replica_probes_its_template_as_it_starts_not_on_a_sessions_first_turn(make_preprocessor, name):
+    """What a replica probes at start (Preprocessor.probe_windows) covers a default agent loop: its turns extend
+    without probing again, so a new replica's first long session does not pay the probe."""
+    fam = FAMILIES[name]
+    pre = make_preprocessor(fam.template, fam.specials, fam.reasoning, fam.policy, fam.tools)
+    pre._kept = store()
+    pre.probe_windows()
+
+    def probed_late(*_: object) -> frozenset:
+        raise AssertionError(f"probed on a request: {_}, after {list(pre._windows._cleared)}")
+
+    pre._windows._probe = probed_late
+    assert drive(pre, fam, "chat", ["results"] * 3) >= 2
