@@ -40,8 +40,8 @@ template) and the timed request is the first of this session it sees: a restart 
 
 `--replicas N` runs N Ingress and N Preprocessor replicas from a Serve config (the path `serve deploy` and KubeRay
 take): each turn lands on an Ingress replica as Serve's proxy picks it, and on the Preprocessor replica the
-session-affinity router picks (serve/deployments/session_affinity.py; `--affinity off` routes by load only, as
-Serve's default does, the ablation). "Warm" samples are then the session's next turns wherever they land; a cold
+session-affinity router picks (serve/deployments/session_affinity.py; `--affinity off` deploys Serve's default
+router, power of two choices, the ablation). "Warm" samples are then the session's next turns wherever they land; a cold
 sample restarts every Preprocessor replica. The Ingress's histograms are not split per sample there (a scrape
 reads one replica of N).
 
@@ -82,7 +82,7 @@ from agentserve.bench.stats import summary
 APP = "long-session"
 CONTEXT_WINDOW = 1 << 19  # 300 turns of ~790 tokens on a ~15.6K-token start, and Claude Code's 32K max_tokens
 WARMUP_MARK = "[replica warm-up]"
-AFFINITY_ROUTER = "agentserve.serve.deployments.session_affinity:SessionAffinityRouter"
+SERVE_DEFAULT_ROUTER = "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter"
 FIRST_CONTENT = ("reasoning", "text", "tool")
 TARGET_GROWTH = 2.0  # issue 28: TTFT(300 turns) <= 2x TTFT(10 turns)
 TARGET_ANCHOR = 0.25  # issue 28: TTFT(N) <= 0.25x re-rendering and tokenizing the whole conversation
@@ -315,13 +315,12 @@ def ratio(a: float, b: float) -> float | None:
 
 def graph(ns: argparse.Namespace, args: dict[str, Any]) -> Any:
     """One replica per deployment as `make serve` runs it; with --replicas N, N Ingress and N Preprocessor replicas
-    from a Serve config (--affinity off: the Preprocessor's calls routed by load only, as Serve's default does)."""
+    from a Serve config (--affinity off: the Preprocessor's calls routed by Serve's default router, power of two choices)."""
     if ns.replicas == 1:
         return running_graph(args, name=APP)
     pre: dict[str, Any] = {"name": "Preprocessor", "num_replicas": ns.replicas}
     if ns.affinity == "off":
-        pre["request_router_config"] = {"request_router_class": AFFINITY_ROUTER,
-                                        "request_router_kwargs": {"affinity": False}}
+        pre["request_router_config"] = {"request_router_class": SERVE_DEFAULT_ROUTER}
     return running_declared_graph(args, [{"name": "Ingress", "num_replicas": ns.replicas}, pre], name=APP)
 
 
@@ -342,23 +341,25 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
             row: dict[str, Any] = {"turns": n, "loadavg_before": load, "build_s": round(time.perf_counter() - t_build, 1)}
             warm, cold, restarts, prefix = [], [], [], []
             scrapes: list[tuple[Sample, Sample]] = []  # the Ingress's metrics around each warm sample
+            cold_scrapes: list[tuple[Sample, Sample]] = []
             for k in range(ns.samples + ns.cold_samples):
                 variant += 1
                 prev, raw = session.fork(n, variant)
                 time.sleep(ns.gap)  # what the fork set going after its answer (kept turn, diagnosis) ends meanwhile
                 if k >= ns.samples:
                     restarts.append(round(restart_preprocessors(http, ns.replicas), 1))
-                split = k < ns.samples and ns.replicas == 1  # several Ingress replicas: a scrape reads one of them
+                split = ns.replicas == 1  # several Ingress replicas: a scrape reads one of them
                 before = scrape(f"{url}/metrics") if split else {}
                 sent = session.send(n, raw)
                 if split:
-                    scrapes.append((before, scrape(f"{url}/metrics")))
+                    (scrapes if k < ns.samples else cold_scrapes).append((before, scrape(f"{url}/metrics")))
                 session.answer(sent)  # the reply parsed into the expected blocks
                 (warm if k < ns.samples else cold).append(sent.ttft_ms)
                 prefix.append(sent.result.headers.get("x-agentserve-prefix"))
                 row["prompt_tokens"] = sent.result.prompt_tokens
                 last = {"body": raw, "previous": prev.raw}
             row["server_split_ms"] = server_split(scrapes, warm)
+            row["server_split_cold_ms"] = server_split(cold_scrapes, cold)
             anchor_ms, anchor_tokens = anchor.measure(last["body"], ns.samples)
             row.update({
                 "warm_ms": stats_of(warm), "cold_ms": stats_of(cold), "anchor_ms": stats_of(anchor_ms),
@@ -375,6 +376,7 @@ def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], se
                   f"warm/anchor {row['warm_over_anchor']}  cold/anchor {row['cold_over_anchor']}  load {load[0]}",
                   flush=True)
             print(f"           warm, mean ms from the Ingress's histograms: {row.get('server_split_ms')}", flush=True)
+            print(f"           cold: {row.get('server_split_cold_ms')}", flush=True)
         crossings = crossings_by_form()
         print(f"conversation crossings, every Ingress replica: {crossings}", flush=True)
     return {"rows": rows, "build": build, "last": last, "crossings": crossings}

@@ -6,12 +6,14 @@ default (power of two choices) sends about half of a long session's turns to a r
 then rebuilds the prompt from the kept turns and is sent the conversation again. Here each call that carries a
 `SessionAffinity` goes to the replica that scores highest for its key (rendezvous hashing: every Ingress replica's
 router agrees without sharing state, and a replica added or gone moves only the sessions it wins or held), and to
-the others, least loaded first, when that replica's queue is full. Calls without a session are routed by load.
+two others by load when that replica's queue is full. Calls without a session are routed as by Serve's default
+(power of two choices).
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 from typing import List, Optional
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
@@ -37,17 +39,19 @@ def home_of(key: str, replicas: List[RunningReplica]) -> RunningReplica:
     return max(replicas, key=lambda r: score(key, r.replica_id.unique_id))
 
 
-class SessionAffinityRouter(RequestRouter):
-    def initialize_state(self, affinity: bool = True, **kwargs) -> None:
-        """`affinity=False` (request_router_kwargs): route every call by load, as Serve's default does."""
-        self._affinity_on = affinity
+def by_load(replicas: List[RunningReplica]) -> List[RunningReplica]:
+    """Two of `replicas` at random, the less loaded of which Serve picks: its default, power of two choices."""
+    return random.sample(replicas, min(2, len(replicas)))
 
+
+class SessionAffinityRouter(RequestRouter):
     async def choose_replicas(
         self,
         candidate_replicas: List[RunningReplica],
         pending_request: Optional[PendingRequest] = None,
     ) -> List[List[RunningReplica]]:
-        key = _affinity(pending_request) if self._affinity_on else ""
+        key = _affinity(pending_request)
         if not key or len(candidate_replicas) < 2:
-            return [candidate_replicas]
-        return [[home_of(key, candidate_replicas)], candidate_replicas]
+            return [by_load(candidate_replicas)]
+        home = home_of(key, candidate_replicas)
+        return [[home], by_load([r for r in candidate_replicas if r is not home])]
