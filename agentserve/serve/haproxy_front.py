@@ -48,6 +48,7 @@ class FrontLimits:
     max_conn_per_source: int = 256
     max_req_per_10s_per_source: int = 2000
     max_request_timeout_s: int = 86400
+    session_affinity: bool = True  # AGENTSERVE_HAPROXY_SESSION_AFFINITY=0: Serve's balancing (leastconn)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "FrontLimits":
@@ -61,7 +62,28 @@ class FrontLimits:
             num("AGENTSERVE_HAPROXY_MAX_CONN_PER_SOURCE", d.max_conn_per_source),
             num("AGENTSERVE_HAPROXY_MAX_REQ_PER_10S_PER_SOURCE", d.max_req_per_10s_per_source),
             num("AGENTSERVE_MAX_REQUEST_TIMEOUT_S", d.max_request_timeout_s),
+            env.get("AGENTSERVE_HAPROXY_SESSION_AFFINITY", "1").strip().lower() not in ("0", "false", "no", "off"),
         )
+
+
+# The harnesses' session headers, first found wins: ours, Claude Code's, Codex's (both spellings).
+SESSION_HEADERS = ("x-agentserve-session-id", "x-claude-code-session-id", "session_id", "session-id")
+_SESSION_VAR = "txn.agentserve_session"
+
+
+def _session_rules() -> list[str]:
+    first, *rest = SESSION_HEADERS
+    return [
+        f"    {MARK} the request's session, for the Ingress backends' balance",
+        f"    http-request set-var({_SESSION_VAR}) req.hdr({first})",
+        *(f"    http-request set-var({_SESSION_VAR}) req.hdr({h}) unless {{ var({_SESSION_VAR}) -m found }}" for h in rest),
+    ]
+
+
+def _session_balance() -> list[str]:
+    """A session's requests to one Ingress replica (consistent hashing: a replica added or gone moves only its share
+    of the sessions); requests without a session header round-robin."""
+    return [f"    balance hash var({_SESSION_VAR})  {MARK} a session on one Ingress replica", "    hash-type consistent"]
 
 
 def _front_rules(limits: FrontLimits) -> list[str]:
@@ -83,7 +105,10 @@ def _front_rules(limits: FrontLimits) -> list[str]:
 
 def harden(config: str, limits: FrontLimits) -> str:
     """Serve's generated HAProxy config with the bounds above: `timeout http-request` in `defaults` (unless Serve
-    set one), the per-source and header rules right after the HTTP frontend's `bind`. Idempotent."""
+    set one), the per-source and header rules right after the HTTP frontend's `bind`; and, unless switched off,
+    each app's Ingress backend balanced by the request's session header instead of by least connections, so the
+    Ingress replica that decoded and shipped a session's last request (its memos: apis/anthropic/session_memo.py,
+    ingress/sent_conversations.py, the prefix doctor's record) serves the next. Idempotent."""
     if MARK in config:
         return config
     out: list[str] = []
@@ -96,8 +121,12 @@ def harden(config: str, limits: FrontLimits) -> str:
             section = head
             if head == "defaults" and not has_request_timeout:
                 out.append(f"    timeout http-request {limits.http_request_timeout_s}s  {MARK} request head deadline")
+            if head.startswith("backend http-") and limits.session_affinity:  # Serve's backend of an app's Ingress
+                out.extend(_session_balance())
         elif section == "frontend http_frontend" and head.startswith("bind "):
             out.extend(_front_rules(limits))
+            if limits.session_affinity:
+                out.extend(_session_rules())
     return "\n".join(out) + "\n"
 
 
