@@ -134,11 +134,13 @@ def running_graphs(
 
 @contextmanager
 def running_declared_graph(
-    args: Any, deployments: list[dict[str, Any]], *, name: str = "agentserve", num_cpus: int = 8
+    args: Any, deployments: list[dict[str, Any]], *, name: str = "agentserve", num_cpus: int = 8,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[GraphURL]:
     """The graph deployed from a Serve config, as `serve deploy` and KubeRay apply it (the imperative path cannot
     set a deployment's replicas or request router): `deployments` are the config's per-deployment overrides, e.g.
-    `[{"name": "Preprocessor", "num_replicas": 2}]`. Its own Ray instance, torn down after."""
+    `[{"name": "Preprocessor", "num_replicas": 2}]`; `env`: for the graph's processes, on top of what `make serve`
+    ships. Its own Ray instance, torn down after."""
     import ray
     from ray import serve
     from ray.serve.context import _get_global_client
@@ -147,7 +149,7 @@ def running_declared_graph(
     if _graph_running:
         raise RuntimeError(f"a graph is already running for {_graph_running[0]}")
     _graph_running.append(name)
-    start_ray(num_cpus=num_cpus)
+    start_ray(num_cpus=num_cpus, env=env)
     try:
         t0 = time.perf_counter()
         port = start_serve()

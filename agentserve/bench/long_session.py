@@ -39,9 +39,9 @@ survive; the span memo, per process, does not), one unrelated short request warm
 template) and the timed request is the first of this session it sees: a restart or scale-up, as the issue names it.
 
 `--replicas N` runs N Ingress and N Preprocessor replicas from a Serve config (the path `serve deploy` and KubeRay
-take): each turn lands on an Ingress replica as Serve's proxy picks it, and on the Preprocessor replica the
-session-affinity router picks (serve/deployments/session_affinity.py; `--affinity off` deploys Serve's default
-router, power of two choices, the ablation). "Warm" samples are then the session's next turns wherever they land; a cold
+take): each turn lands on the Ingress replica HAProxy picks by the session header (serve/haproxy_front.py) and on
+the Preprocessor replica the session-affinity router picks (serve/deployments/session_affinity.py); `--affinity off`
+is Serve's defaults for both, least connections and power of two choices: the ablation. "Warm" samples are then the session's next turns wherever they land; a cold
 sample restarts every Preprocessor replica. The Ingress's histograms are not split per sample there (a scrape
 reads one replica of N).
 
@@ -315,13 +315,16 @@ def ratio(a: float, b: float) -> float | None:
 
 def graph(ns: argparse.Namespace, args: dict[str, Any]) -> Any:
     """One replica per deployment as `make serve` runs it; with --replicas N, N Ingress and N Preprocessor replicas
-    from a Serve config (--affinity off: the Preprocessor's calls routed by Serve's default router, power of two choices)."""
+    from a Serve config (--affinity off: Serve's defaults, HAProxy's least connections to the Ingress replicas and power of two
+    choices to the Preprocessor's)."""
     if ns.replicas == 1:
         return running_graph(args, name=APP)
     pre: dict[str, Any] = {"name": "Preprocessor", "num_replicas": ns.replicas}
+    env: dict[str, str] = {}
     if ns.affinity == "off":
         pre["request_router_config"] = {"request_router_class": SERVE_DEFAULT_ROUTER}
-    return running_declared_graph(args, [{"name": "Ingress", "num_replicas": ns.replicas}, pre], name=APP)
+        env["AGENTSERVE_HAPROXY_SESSION_AFFINITY"] = "0"
+    return running_declared_graph(args, [{"name": "Ingress", "num_replicas": ns.replicas}, pre], name=APP, env=env)
 
 
 def run_graph(ns: argparse.Namespace, sizes: list[int], args: dict[str, Any], session_id: str) -> dict[str, Any]:
