@@ -11,15 +11,7 @@ from typing import List, Optional
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
 from agentserve.protocol import RouteDecision
-
-
-def _decision(pending: Optional[PendingRequest]) -> RouteDecision | None:
-    if pending is None:
-        return None
-    for value in (*pending.args, *pending.kwargs.values()):
-        if isinstance(value, RouteDecision):
-            return value
-    return None
+from agentserve.serve.deployments.pending_args import argument_of
 
 
 class PinToChosenReplica(RequestRouter):
@@ -28,7 +20,7 @@ class PinToChosenReplica(RequestRouter):
         candidate_replicas: List[RunningReplica],
         pending_request: Optional[PendingRequest] = None,
     ) -> List[List[RunningReplica]]:
-        decision = _decision(pending_request)
+        decision = argument_of(pending_request, RouteDecision)
         if decision is not None and decision.replica_id is not None:
             pinned = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica_id]
             if pinned:

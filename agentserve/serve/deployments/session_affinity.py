@@ -19,15 +19,7 @@ from typing import List, Optional
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
 from agentserve.protocol import SessionAffinity
-
-
-def _affinity(pending: Optional[PendingRequest]) -> str:
-    if pending is None:
-        return ""
-    for value in (*pending.args, *pending.kwargs.values()):
-        if isinstance(value, SessionAffinity):
-            return value.key
-    return ""
+from agentserve.serve.deployments.pending_args import argument_of
 
 
 def score(key: str, replica_id: str) -> int:
@@ -50,7 +42,8 @@ class SessionAffinityRouter(RequestRouter):
         candidate_replicas: List[RunningReplica],
         pending_request: Optional[PendingRequest] = None,
     ) -> List[List[RunningReplica]]:
-        key = _affinity(pending_request)
+        affinity = argument_of(pending_request, SessionAffinity)
+        key = affinity.key if affinity is not None else ""
         if not key or len(candidate_replicas) < 2:
             return [by_load(candidate_replicas)]
         home = home_of(key, candidate_replicas)
