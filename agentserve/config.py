@@ -66,6 +66,21 @@ class LoraAdapterSpec(_Strict):
         return (self.id, *self.aliases)
 
 
+class RepetitionSpec(_Strict):
+    """A degenerate loop: the last `min_tokens` output tokens repeat one unit of at most `max_period` tokens (the same
+    sentence again and again, a token run). Small models fall into these and write until their cap; what they wrote
+    before the loop already went out, the rest would be the loop again (ingress/output/repetition.py)."""
+
+    min_tokens: int = Field(default=160, ge=4)
+    max_period: int = Field(default=64, ge=1)
+
+    @model_validator(mode="after")
+    def _two_periods(self) -> "RepetitionSpec":
+        if self.min_tokens < 2 * self.max_period:
+            raise ValueError("stop_repetition.min_tokens must be at least twice max_period (a loop repeats its unit)")
+        return self
+
+
 class ModelSpec(_Strict):
     """One served model: its catalog identity, how its output is parsed, and (in the catalog form) its engine."""
 
@@ -78,6 +93,13 @@ class ModelSpec(_Strict):
     # is granted up to it and told so (`x-agentserve-max-tokens-clamped`), as past the window: harnesses ask for
     # 32K tokens a turn, which a small model on CPU spends repeating itself for many minutes.
     max_output_tokens: int | None = Field(default=None, ge=1)
+    # How a turn that this cap ended finishes: "length" (Anthropic max_tokens, Responses incomplete, chat length: the
+    # output was cut) or "stop" (end_turn / completed / stop: the server ended the turn). Claude Code meets a
+    # max_tokens stop by asking again with max_tokens 128000 and, capped again, fails the task ("API Error: Claude's
+    # response exceeded the 128000 output token maximum"): a server that caps a small model says "stop".
+    max_output_tokens_finish: Literal["length", "stop"] = "length"
+    # Ends a turn whose output has become a loop (RepetitionSpec; None: never), as "stop".
+    stop_repetition: RepetitionSpec | None = None
     reasoning_parser: str | None = "qwen3"
     tool_call_parser: str | None = "hermes"
     skip_special_tokens: bool = True
@@ -229,6 +251,23 @@ class KeptTurnsSpec(_Strict):
     commit_wait_s: float = Field(default=0.25, ge=0)
     prompt_memo_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     conversation_memo_bytes: int = Field(default=128 * 1024 * 1024, ge=0)
+    # Sessions whose latest turn is remembered for warm starts (WarmStartSpec), the most recent first.
+    max_session_heads: int = Field(default=4096, ge=1)
+
+
+class WarmStartSpec(_Strict):
+    """A new engine replica (a restart, a redeploy, a scale-up) re-prefills the sessions that were live before it
+    registers with the Router, so their next turns find their prefix cached (serve/warm_start.py). What it prefills
+    is each session's latest kept turn (its prompt and output, rebuilt from the state backend's kept turns, under
+    the session's own cache partition and adapter): the most recent sessions first, at most max_sessions, within
+    max_kv_share of the engine's KV cache and max_seconds (the prompt running at the deadline is cut; what it
+    computed stays cached). Needs kept turns on; with SQLite only the engines on the state's node see them.
+    """
+
+    enabled: bool = True
+    max_sessions: int = Field(default=32, ge=0)
+    max_kv_share: float = Field(default=0.5, gt=0, le=1)
+    max_seconds: float = Field(default=60.0, ge=0)
 
 
 class StateSpec(_Strict):
@@ -389,6 +428,8 @@ class ServeArgs(_Strict):
     doctor: DoctorSpec = DoctorSpec()
     # Token-exact replay of earlier assistant turns (KeptTurnsSpec), kept in the state backend.
     kept_turns: KeptTurnsSpec = KeptTurnsSpec()
+    # What a new engine replica prefills before it takes traffic (WarmStartSpec).
+    warm_start: WarmStartSpec = WarmStartSpec()
     # The engines' prefix cache. "per_key": each API key's prompts are cached apart (vLLM's `cache_salt`, also in
     # the router's block hashes), so no key can learn from cached-token counts what another sent; one key's
     # sessions still share. Cost: a system prompt common to many keys is prefilled and held once per key.

@@ -59,6 +59,22 @@ REPLAY_TURNS = Counter(
     "the template, with why (not_kept, template_changed, prompt_changed, end_of_turn, render_failed)",
     ["model", "outcome"], registry=REGISTRY,
 )
+TURNS_CUT = Counter(
+    "agentserve_turns_cut_total",
+    "Turns the server ended itself, reported as a normal end: cap (the model's max_output_tokens with "
+    "max_output_tokens_finish: stop) or loop (stop_repetition: the output had become a loop)",
+    ["model", "why"], registry=REGISTRY,
+)
+WARM_START_TOKENS = Counter(
+    "agentserve_warm_start_tokens_total",
+    "Prompt tokens a new engine replica sent in its warm start: prefilled, or cached already (a shared prefix)",
+    ["model", "kind"], registry=REGISTRY,
+)
+WARM_START_SESSIONS = Counter(
+    "agentserve_warm_start_sessions_total",
+    "Sessions a new engine replica's warm start planned: warmed, or left (the time bound, an engine error)",
+    ["model", "outcome"], registry=REGISTRY,
+)
 KEPT_TURNS = Counter(
     "agentserve_kept_turns_total",
     "Finished turns handed to the kept-turn store: kept (committed before the stream ended), pending (still "

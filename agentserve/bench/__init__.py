@@ -43,6 +43,8 @@ _ALL = (
     Benchmark("rope-variants", "rope_variants", "one rope scaling variant's short greedy answers", "vLLM"),
     Benchmark("claude-code-session", "claude_code_session", "a Claude Code session against make serve",
               "make serve + Claude Code"),
+    Benchmark("first-task", "first_task", "a newcomer's first harness task on make serve, fresh and after a restart",
+              "make serve + Claude Code, Codex, OpenClaw"),
     Benchmark("constrained", "constrained", "what constrained decoding (grammars) costs", "vLLM"),
     Benchmark("parsers", "parsers", "streaming reasoning and tool-call parsers vs vLLM's", "nothing (vLLM's parsers)"),
     Benchmark("preamble", "preamble", "Claude Code's billing header vs the prefix cache", "graph (vLLM) x2"),

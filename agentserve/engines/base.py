@@ -26,6 +26,10 @@ class Engine(Protocol):
 
     def stats(self) -> EngineStats: ...
 
+    def kv_capacity_tokens(self) -> int | None:
+        """Tokens the engine's KV cache holds (None: not known)."""
+        ...
+
     async def load_adapter(self, adapter: LoraAdapterSpec) -> bool:
         """Serve a LoRA adapter under its id from now on; False if it was already loaded (same path).
         ValueError with the reason if it cannot be loaded."""

@@ -111,6 +111,7 @@ class ScriptedEngine:
         self._end_text = reasoning_markers[1] if reasoning_markers else ""
         self._eos = eos_token_id
         self._cache_spec = cache
+        self._block_size = block_size
         self._cache = PrefixCache(cache.capacity_blocks, block_size, publisher.publish if publisher else None)
         self._hashes = PromptHashes(block_size)
         self._active = 0
@@ -157,6 +158,9 @@ class ScriptedEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted, len(self._cache))
+
+    def kv_capacity_tokens(self) -> int | None:
+        return self._cache_spec.capacity_blocks * self._block_size
 
     def _add(self, adapter: LoraAdapterSpec) -> bool:
         known = self._adapters.get(adapter.id)

@@ -224,6 +224,10 @@ class VllmEngine:
     def stats(self) -> EngineStats:
         return EngineStats(self._active, self._started, self._aborted)
 
+    def kv_capacity_tokens(self) -> int | None:
+        cache = self._llm.vllm_config.cache_config if self._llm is not None else None
+        return None if cache is None or not cache.num_gpu_blocks else cache.num_gpu_blocks * cache.block_size
+
     def _sampling(self, request: EngineRequest):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams

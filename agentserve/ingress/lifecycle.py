@@ -322,6 +322,9 @@ class RequestLifecycle:
             skip_special_tokens=model.skip_special_tokens if model is not None else True,
             id_factory=opts.id_factory,
             top_logprobs=pre.engine.sampling.logprobs or 0,
+            length_finish=model.max_output_tokens_finish if model is not None and pre.report.capped_by_server
+            else "length",
+            repetition=model.stop_repetition if model is not None else None,
         )
         self._stream = self._path.engines[self.model_id].generate.remote(pre.engine, self.route)
 

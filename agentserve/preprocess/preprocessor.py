@@ -433,6 +433,7 @@ class Preprocessor:
         )
         report = PromptReport(
             requested_max_tokens=requested if clamped else None,
+            capped_by_server=cap is not None and max_tokens == cap and (requested is None or requested > cap),
             parse_reasoning=request.thinking is not False,
             session_key=session,
             replay_reordered=prompt.reordered_turns,

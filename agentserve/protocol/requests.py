@@ -126,6 +126,8 @@ class PromptReport(BaseModel):
     # What the client asked for when that was more than the window leaves (EngineRequest.max_tokens is then
     # clamped to what is left).
     requested_max_tokens: int | None = None
+    # The model's server-side cap (ModelSpec.max_output_tokens) is what set EngineRequest.max_tokens.
+    capped_by_server: bool = False
     parse_reasoning: bool = True  # False when the client turned thinking off
     # Identifies the conversation across turns (client session id, else a hash of its first user turn).
     session_key: str = ""

@@ -70,6 +70,18 @@ class StateBackend(Protocol):
         """(live kept turns, their total bytes)."""
         ...
 
+    # -- session heads: each session's latest kept turn, by model (serve/warm_start.py) ---------------------
+    def put_session_heads(
+        self, rows: Sequence[tuple[str, str, bytes]], now: float, max_entries: int, ttl_s: float
+    ) -> None:
+        """Store (or replace) (session, model, head) rows as the most recent, in one transaction; then drop expired
+        rows and, past max_entries, the least recently written."""
+        ...
+
+    def session_heads(self, model: str, limit: int, now: float) -> list[bytes]:
+        """The model's unexpired heads, the most recently written first."""
+        ...
+
     # -- concurrency leases ------------------------------------------------------------------------------
     def acquire_lease(self, scope: str, lease_id: str, limit: int, now: float, ttl_s: float) -> LeaseGrant:
         """Atomically: drop the scope's expired leases, grant one more if fewer than limit are live."""
@@ -92,7 +104,7 @@ class StateBackend(Protocol):
         ...
 
     def prune(self, now: float, buckets_idle_s: float) -> None:
-        """Drop expired leases, responses and kept turns, and buckets untouched for buckets_idle_s (full again)."""
+        """Drop expired leases, responses, kept turns and session heads, and buckets untouched for buckets_idle_s (full again)."""
         ...
 
     def close(self) -> None: ...

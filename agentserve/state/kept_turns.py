@@ -24,6 +24,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+import orjson
+
 from agentserve.protocol.token_ids import packed
 from agentserve.state.backend import StateBackend, StoreBounds
 
@@ -94,6 +96,30 @@ class KeptTurn:
         return cls(body[:_DIGEST], _ids(body, _DIGEST, len(body)))
 
 
+@dataclass(frozen=True, slots=True)
+class SessionHead:
+    """A session's latest kept turn and the cache space its prompt was prefilled in: what a warm start prefills
+    again (serve/warm_start.py). Holds no text and no caller identity: a key, a salt digest, an adapter id."""
+
+    turn: str  # the kept turn's key
+    cache_salt: str | None
+    adapter: str | None
+    tokens: int  # its prompt and output
+
+    def encode(self) -> bytes:
+        return orjson.dumps([self.turn, self.cache_salt, self.adapter, self.tokens])
+
+    @classmethod
+    def decode(cls, body: bytes) -> "SessionHead":
+        turn, salt, adapter, tokens = orjson.loads(body)
+        return cls(turn, salt, adapter, int(tokens))
+
+
+def session_digest(session: str) -> str:
+    """A head's row key: the session (`<caller>/<model>/<key>`) hashed, so the table names no caller."""
+    return hashlib.blake2b(session.encode(), digest_size=16, person=b"agentserve-head").hexdigest()
+
+
 def _ids(body: bytes, start: int, end: int) -> array:
     ids = array("I")
     ids.frombytes(memoryview(body)[start:end])
@@ -110,6 +136,13 @@ class _Put:
     tail_from: int | None = None  # prompt_ids[tail_from:] is the tail after base (None: store no link)
 
 
+@dataclass(frozen=True, slots=True)
+class _Head:
+    session: str
+    model: str
+    head: SessionHead
+
+
 class KeptTurnStore:
     """Reads on the caller's thread; writes and touches batched on a daemon thread (bounded queue)."""
 
@@ -121,9 +154,11 @@ class KeptTurnStore:
         clock: Callable[[], float] = time.time,
         max_queue: int = 10_000,
         max_batch: int = 256,
+        max_heads: int = 4096,
     ) -> None:
         self._backend = backend
         self._bounds = bounds
+        self._max_heads = max_heads
         self._clock = clock
         self._queue: queue.Queue = queue.Queue(max_queue)
         self._max_batch = max_batch
@@ -191,6 +226,23 @@ class KeptTurnStore:
             done.set_result(False)
         return done
 
+    def put_head(self, session: str, model: str, head: SessionHead) -> None:
+        """Queue a session's latest turn (written after the turns of its batch, so it never names a turn the
+        database lacks)."""
+        try:
+            self._queue.put_nowait(_Head(session_digest(session), model, head))
+        except queue.Full:
+            self.dropped += 1
+
+    def heads(self, model: str, limit: int) -> list[SessionHead]:
+        """The model's most recently active sessions' heads, the most recent first (blocking; [] when the database
+        cannot answer: a warm start is an optimization)."""
+        try:
+            return [SessionHead.decode(b) for b in self._backend.session_heads(model, limit, self._clock())]
+        except Exception:  # noqa: BLE001 - no warm start, the replica still serves
+            logger.warning("kept turns: session heads could not be read", exc_info=True)
+            return []
+
     def stats(self) -> tuple[int, int]:
         return self._backend.kept_turn_stats(self._clock())
 
@@ -225,6 +277,7 @@ class KeptTurnStore:
 
     def _flush(self, batch: list) -> None:
         puts = [p for p in batch if isinstance(p, _Put)]
+        heads = {h.session: h for h in batch if isinstance(h, _Head)}  # a session's last in the batch
         touched = [k for t in batch if isinstance(t, tuple) for k in t]
         now = self._clock()
         ok = True
@@ -234,6 +287,11 @@ class KeptTurnStore:
             if puts:
                 rows = [(p.key, _kept(p).encode()) for p in puts]
                 self._backend.put_kept_turns(rows, now, self._bounds)
+            if heads:
+                self._backend.put_session_heads(
+                    [(h.session, h.model, h.head.encode()) for h in heads.values()], now, self._max_heads,
+                    self._bounds.ttl_s,
+                )
         except Exception:  # noqa: BLE001 - the database is down: the turns are simply not kept
             ok = False
             self.failed += 1
@@ -255,4 +313,4 @@ def open_kept_turns(spec: "KeptTurnsSpec", state: "StateSpec") -> KeptTurnStore 
     from agentserve.state.open import open_backend
 
     bounds = StoreBounds(max_entries=spec.max_entries, max_bytes=spec.max_bytes, ttl_s=spec.ttl_s)
-    return KeptTurnStore(open_backend(state), bounds)
+    return KeptTurnStore(open_backend(state), bounds, max_heads=spec.max_session_heads)

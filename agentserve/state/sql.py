@@ -32,6 +32,7 @@ RESPONSES = "agentserve_responses"
 LEASES = "agentserve_leases"
 BUCKETS = "agentserve_buckets"
 KEPT = "agentserve_kept_turns"
+HEADS = "agentserve_session_heads"
 TOTALS = "agentserve_store_totals"
 
 
@@ -60,6 +61,9 @@ def schema(blob: str, real: str, integer: str) -> list[str]:
         f" used {integer} NOT NULL, expires_at {real} NOT NULL)",
         f"CREATE INDEX IF NOT EXISTS {KEPT}_used ON {KEPT} (used)",
         f"CREATE INDEX IF NOT EXISTS {KEPT}_expires ON {KEPT} (expires_at)",
+        f"CREATE TABLE IF NOT EXISTS {HEADS} (session TEXT PRIMARY KEY, model TEXT NOT NULL, head {blob} NOT NULL,"
+        f" used {integer} NOT NULL, expires_at {real} NOT NULL)",
+        f"CREATE INDEX IF NOT EXISTS {HEADS}_model ON {HEADS} (model, used)",
         f"CREATE TABLE IF NOT EXISTS {TOTALS} (store TEXT PRIMARY KEY, entries {integer} NOT NULL,"
         f" bytes {integer} NOT NULL)",
     ]
@@ -254,6 +258,36 @@ class SqlBackend(ABC):
             ).fetchone()
         return int(count), int(total)
 
+    # -- session heads: each session's latest kept turn, for warm starts -----------------------------------
+    def put_session_heads(
+        self, rows: Sequence[tuple[str, str, bytes]], now: float, max_entries: int, ttl_s: float
+    ) -> None:
+        if not rows:
+            return
+        with self._tx("heads") as tx:
+            (top,) = tx.execute(f"SELECT COALESCE(MAX(used), 0) FROM {HEADS}").fetchone()
+            tx.executemany(
+                f"INSERT INTO {HEADS} (session, model, head, used, expires_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (session) DO UPDATE SET model = excluded.model, head = excluded.head,"
+                " used = excluded.used, expires_at = excluded.expires_at",
+                [(k, m, h, int(top) + 1 + i, now + ttl_s) for i, (k, m, h) in enumerate(rows)],
+            )
+            tx.execute(f"DELETE FROM {HEADS} WHERE expires_at <= ?", (now,))
+            (count,) = tx.execute(f"SELECT COUNT(*) FROM {HEADS}").fetchone()
+            if count > max_entries:  # rows of ~100 bytes: a count bounds their bytes
+                tx.execute(
+                    f"DELETE FROM {HEADS} WHERE used <= (SELECT used FROM {HEADS} ORDER BY used DESC"
+                    " LIMIT 1 OFFSET ?)", (max_entries,),
+                )
+
+    def session_heads(self, model: str, limit: int, now: float) -> list[bytes]:
+        with self._read() as tx:
+            rows = tx.execute(
+                f"SELECT head FROM {HEADS} WHERE model = ? AND expires_at > ? ORDER BY used DESC LIMIT ?",
+                (model, now, limit),
+            ).fetchall()
+        return [bytes(h) for (h,) in rows]
+
     # -- leases ------------------------------------------------------------------------------------------
     def acquire_lease(self, scope: str, lease_id: str, limit: int, now: float, ttl_s: float) -> LeaseGrant:
         with self._tx(f"lease:{scope}") as tx:
@@ -319,4 +353,5 @@ class SqlBackend(ABC):
             tx.execute(f"DELETE FROM {LEASES} WHERE expires_at <= ?", (now,))
             _delete(tx, RESPONSES, f"DELETE FROM {RESPONSES} WHERE expires_at <= ?", (now,))
             _delete(tx, KEPT, f"DELETE FROM {KEPT} WHERE expires_at <= ?", (now,))
+            tx.execute(f"DELETE FROM {HEADS} WHERE expires_at <= ?", (now,))
             tx.execute(f"DELETE FROM {BUCKETS} WHERE stamp < ?", (now - buckets_idle_s,))

@@ -13,7 +13,9 @@ import anthropic
 import pytest
 
 from tests.support.keys import signing_key
-from tests.integration.durable_graph import RestartableGraph, assert_chain_survived, graph_args, oai, start_chain
+from tests.integration.durable_graph import (
+    RestartableGraph, assert_chain_survived, graph_args, oai, replica_actors, start_chain,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.restarts_cluster]  # run last: a full restart stops Ray
 
@@ -92,6 +94,36 @@ def test_chain_and_generated_key_survive_a_full_restart(graph, data_dir):
     assert_chain_survived(graph, turn1, turn2)
     # The key generated at the first start was kept: the live session's next turn is accepted.
     assert next_turn(graph, first, msg).content[-1].text == "Continuing where we left off."
+
+
+def session_turn(graph: RestartableGraph, session: str, key: str = "key-a", first=None) -> anthropic.types.Message:
+    """Turn 1 of a Claude Code-like session (its own system prompt, many cache blocks), or turn 2 after `first`."""
+    client = anthropic.Anthropic(base_url=graph.url, api_key=key, max_retries=0,
+                                 default_headers={"x-claude-code-session-id": session})  # fmt: skip
+    messages = [{"role": "user", "content": f"DUR_NEXT: start {session}"}]
+    if first is not None:
+        messages += [{"role": "assistant", "content": first.content[-1].text},
+                     {"role": "user", "content": "DUR_NEXT: and then?"}]  # fmt: skip
+    system = f"Session {session}. " + "Follow the plan, step by step, and report. " * 40
+    return client.messages.create(model=MODEL, max_tokens=64, system=system, messages=messages)
+
+
+def test_a_redeploy_warms_the_latest_sessions_in_their_own_cache_partition(graph):
+    """The new engine replica prefills the most recent session (warm_start.max_sessions 1 here) before it takes
+    traffic: its next turn finds its whole history cached; an older session's next turn, and the same
+    conversation sent by another API key, find nothing (a warm start fills only the session's own partition)."""
+    older = session_turn(graph, "warm-older")
+    newer = session_turn(graph, "warm-newer")
+    engines = {a["name"] for a in replica_actors("Engine")}
+    graph.redeploy(graph_args(warm_start={"max_sessions": 1}))
+    assert engines.isdisjoint(a["name"] for a in replica_actors("Engine"))  # a new engine, an empty cache
+    newer_next = session_turn(graph, "warm-newer", first=newer)
+    older_next = session_turn(graph, "warm-older", first=older)
+    other_key = session_turn(graph, "warm-newer", key="key-b", first=newer)
+    prompt = newer.usage.input_tokens + (newer.usage.cache_read_input_tokens or 0)
+    assert newer_next.usage.cache_read_input_tokens >= prompt + newer.usage.output_tokens - 16  # all but a block
+    assert older_next.usage.cache_read_input_tokens == 0
+    assert other_key.usage.cache_read_input_tokens == 0
 
 
 def test_signed_thinking_survives_a_redeploy_and_a_key_rotation(graph):

@@ -1,4 +1,4 @@
-"""Token totals per model as Prometheus metrics, from every request's end."""
+"""Token totals per model as Prometheus metrics, from every request's end; turns the server ended itself."""
 
 from __future__ import annotations
 
@@ -17,3 +17,5 @@ class UsageMetrics:
         metrics.COMPLETION_TOKENS.labels(model).inc(state.completion_tokens)
         if state.prompt_tokens:
             metrics.CACHED_RATIO.labels(model).observe(state.cached_tokens / state.prompt_tokens)
+        if state.cut:
+            metrics.TURNS_CUT.labels(model, "loop" if state.loop_period is not None else "cap").inc()

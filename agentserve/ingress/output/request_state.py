@@ -13,8 +13,10 @@ from typing import Any, Sequence
 
 from agentserve.ingress.output.detokenize import Detokenizer, special_tokens
 from agentserve.ingress.output.logprobs import logprobs_event
+from agentserve.ingress.output.repetition import RepetitionDetector
 from agentserve.ingress.output.stop_strings import StopStrings
 from agentserve.ingress.output.turn import TurnCollector
+from agentserve.config import RepetitionSpec
 from agentserve.parsers import StreamParser
 from agentserve.protocol import EngineDelta, Turn
 from agentserve.protocol.events import Finish, ToolCallError, ToolCallTruncated, Usage
@@ -33,6 +35,8 @@ class RequestState:
         skip_special_tokens: bool = True,
         id_factory=None,
         top_logprobs: int = 0,  # alternatives per token the client asked for (when it asked for logprobs)
+        length_finish: str = "length",  # what an engine "length" reports (ModelSpec.max_output_tokens_finish)
+        repetition: RepetitionSpec | None = None,  # end a turn that became a loop, as "stop"
     ) -> None:
         self._tokenizer = tokenizer
         self._top_logprobs = top_logprobs
@@ -49,6 +53,9 @@ class RequestState:
             **kwargs,
         )
         self._stop = StopStrings(stop)
+        self._length_finish = length_finish
+        self._loop = RepetitionDetector(repetition) if repetition is not None else None
+        self.cut = False  # the server ended the turn (its cap reported as "stop", or a loop): no end-of-turn token
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -66,7 +73,13 @@ class RequestState:
     def kept_as_generated(self) -> bool:
         """The turn ended by itself and every byte of it went out as parsed: its generated tokens decode to what the
         client was sent, so they may stand in for the template's rendering of it next turn."""
-        return self.finish_reason == "stop" and not self.stopped and not self.unparsed and bool(self.output_ids)
+        return (self.finish_reason == "stop" and not self.stopped and not self.cut and not self.unparsed
+                and bool(self.output_ids))  # fmt: skip
+
+    @property
+    def loop_period(self) -> int | None:
+        """The period of the loop that ended the turn (None: it did not end in one)."""
+        return self._loop.period if self._loop is not None and self.cut else None
 
     @property
     def stopped(self) -> bool:
@@ -111,6 +124,12 @@ class RequestState:
                 events.extend(self._text(text))
         if self._stop.hit:
             return events + self._finish("stop")
+        if delta.finish_reason is None and self._loop is not None and self._loop.feed(delta.token_ids):
+            self.cut = True  # what it wrote went out; the rest would be the loop again
+            return events + self._finish("stop")
+        if delta.finish_reason == "length" and self._length_finish != "length":
+            self.cut = True
+            return events + self._finish(self._length_finish)
         if delta.finish_reason is not None:
             return events + self._finish(delta.finish_reason, delta.error)
         return events

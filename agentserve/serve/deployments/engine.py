@@ -115,6 +115,7 @@ class EngineReplica:
         self._signals = RouterSignals(self._router, self._replica_id)
         self._kv_endpoints = self._kv_endpoints_of_engine()
         await self._load_runtime_adapters()  # before registering: no adapter request reaches a replica without it
+        await self._warm_start()  # before registering too: the Router sends nothing until the sessions are warm
         await self._router.register.remote(self._replica_id, self._registration_info())
         self._heartbeat = asyncio.create_task(self._report_forever())
         freeze_startup_heap()
@@ -136,6 +137,30 @@ class EngineReplica:
             except ValueError:
                 logger.warning("replica %s could not load run-time LoRA adapter %s", self._replica_id, spec.id,
                                exc_info=True)  # fmt: skip
+
+    async def _warm_start(self) -> None:
+        """Prefill the sessions that were live before this replica (serve/warm_start.py); never fatal."""
+        spec = self._args.warm_start
+        if not spec.enabled or spec.max_sessions == 0 or not self._args.kept_turns.enabled:
+            return
+        from agentserve.serve.warm_start import warm_start
+        from agentserve.state.kept_turns import open_kept_turns
+
+        try:
+            store = await asyncio.to_thread(open_kept_turns, self._args.kept_turns, self._args.state)
+        except Exception:  # the database is unreachable: start cold
+            logger.warning("warm start skipped: the state backend could not be opened", exc_info=True)
+            return
+        assert store is not None
+        try:
+            await warm_start(
+                self._engine, self._model.id, spec, store, context_window=self._model.context_window,
+                adapters={a.id for a in self._engine.adapters()},
+            )  # fmt: skip
+        except Exception:
+            logger.warning("warm start failed; the replica starts with what it prefilled", exc_info=True)
+        finally:
+            await asyncio.to_thread(store.close)
 
     def _registration_info(self) -> ReplicaRegistration:
         """What the router learns as this replica registers: its KV endpoints and the LoRA adapters it holds beyond
