@@ -10,7 +10,8 @@ HTTP and Codex's WebSocket) that notes when it arrived (seconds after the server
 output as the harness received them, and the prompt / cached / output tokens the response reported. Rounds:
 `fresh` starts the server; `again` runs the same tasks in new sessions on the same server (a user's next task);
 `restart` stops the server and starts it again on the same data directory (what a redeploy keeps: the state
-backend), then runs them again. Each harness works in the same directory every round.
+backend), then runs them again; `restart-cold` the same with the warm start off (serve/warm_start.py). Each harness
+works in the same directory every round.
 
 A harness passes when it exits 0 with no API error; whether the small model did the task (hello.txt holds "hi") is
 recorded beside it. Writes docs/benchmarks/first_task[_LABEL].json and .png.
@@ -136,12 +137,12 @@ class Server:
         self.data_dir, self.serve_config, self.log, self.url = data_dir, serve_config, log, url
         self._proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 900) -> float:
-        """Start it; the seconds until it was ready."""
+    def start(self, timeout_s: float = 900, serve_config: str | None = None) -> float:
+        """Start it (on `serve_config` instead of its own, for this start); the seconds until it was ready."""
         t0 = time.perf_counter()
         env = os.environ | {"AGENTSERVE_DATA_DIR": str(self.data_dir), "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
-            ["make", "-o", ".venv/.agentserve-installed", "serve", f"SERVE_CONFIG={self.serve_config}"],
+            ["make", "-o", ".venv/.agentserve-installed", "serve", f"SERVE_CONFIG={serve_config or self.serve_config}"],
             cwd=ROOT, env=env, start_new_session=True, stdout=self.log.open("a"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         while time.perf_counter() - t0 < timeout_s:
@@ -170,6 +171,18 @@ class Server:
         subprocess.run([str(NODE_BIN / "ray"), "stop", "--force"], capture_output=True, timeout=120)
 
 
+def without_warm_start(serve_config: str, scratch: Path) -> str:
+    """A copy of the serve config with every application's warm start off (round `restart-cold`)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / serve_config).read_text())
+    for app in doc["applications"]:
+        app.setdefault("args", {})["warm_start"] = {"enabled": False}
+    out = scratch / "serve_config.no_warm_start.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(out)
+
+
 def request_record(ex: Exchange, ready_at: float) -> dict[str, Any]:
     try:
         body = json.loads(ex.body) if ex.body else {}
@@ -187,6 +200,7 @@ def request_record(ex: Exchange, ready_at: float) -> dict[str, Any]:
         "tools": len(body.get("tools") or ()),
         "clamped": ex.headers.get("x-agentserve-max-tokens-clamped"),
         "output_head": ex.output_text()[:200],
+        "output_tail": ex.output_text()[-300:],
     }
 
 
@@ -252,9 +266,9 @@ def table(doc: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="agentserve bench first-task")
     ap.add_argument("--harnesses", default="claude-code,codex,openclaw")
-    ap.add_argument("--rounds", default="fresh,again,restart",
+    ap.add_argument("--rounds", default="fresh,again,restart,restart-cold",
                     help="fresh: a new server on an empty data directory; again: the same server; restart: the same "
-                         "data directory, a new server")  # fmt: skip
+                         "data directory, a new server; restart-cold: the same without its warm start")  # fmt: skip
     ap.add_argument("--serve-config", default="serve_config.yaml")
     ap.add_argument("--label", default="", help="suffix of the output files")
     ns = ap.parse_args(argv)
@@ -274,12 +288,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         rounds = ns.rounds.split(",")
         for i, round_name in enumerate(rounds):
-            if round_name not in ("fresh", "again", "restart") or (round_name == "fresh") != (i == 0):
-                raise SystemExit("--rounds: fresh first, then again / restart")
+            if round_name not in ("fresh", "again", "restart", "restart-cold") or (round_name == "fresh") != (i == 0):
+                raise SystemExit("--rounds: fresh first, then again / restart / restart-cold")
             ready_s = None
             if round_name != "again":
                 server.stop()
-                ready_s = server.start()
+                cold = without_warm_start(ns.serve_config, scratch) if round_name == "restart-cold" else None
+                ready_s = server.start(serve_config=cold)
                 ready_at = time.perf_counter()
                 print(f"{round_name}: make serve ready after {ready_s:.1f} s (load {conditions.loadavg()})",
                       flush=True)  # fmt: skip

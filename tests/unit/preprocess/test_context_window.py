@@ -90,6 +90,8 @@ def test_the_servers_output_cap_is_granted_and_reported_never_refused(capped, wo
     assert out.engine.max_tokens == granted
     # A client that asked for more is told what it got (x-agentserve-max-tokens-clamped); one that asked nothing is not.
     assert out.report.requested_max_tokens == (max_tokens if max_tokens is not None and max_tokens > granted else None)
+    # Only a turn the cap itself limited may be reported as a normal end (ModelSpec.max_output_tokens_finish).
+    assert out.report.capped_by_server == (granted == CAP and (max_tokens is None or max_tokens > CAP))
 
 
 def test_the_error_keeps_its_counts_across_a_pickle_hop():
