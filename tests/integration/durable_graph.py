@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.support.cluster import CLUSTER
-from tests.support.graph import running_graph
+from tests.support.graph import running_graph, suite_args
 from agentserve.bench.graph import wait_for
 from tests.integration.api.test_responses_events import SHELL_TOOL
 from tests.integration.conftest import GRAPH_ARGS, RULES
@@ -72,7 +72,7 @@ class RestartableGraph:
 
         before = {a["name"] for a in replica_actors("Ingress")}
         self.args = args or self.args
-        serve.run(build_app(self.args), name=APP, route_prefix="/")
+        serve.run(build_app(suite_args(self.args)), name=APP, route_prefix="/")
         wait_for(lambda: {a["name"] for a in replica_actors("Ingress")} - before != set() and app_running(), 120, 0.2, what="the redeployed app")
 
     def full_restart(self) -> None:

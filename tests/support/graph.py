@@ -45,6 +45,13 @@ def _quick_stop() -> None:
             setattr(app, name, deployment.options(**QUICK_STOP))
 
 
+def suite_args(args: dict[str, Any]) -> dict[str, Any]:
+    """`args` with the warm start off unless they configure it: the suite's graphs share one data directory
+    (tests/conftest.py), so a new engine replica would otherwise prefill earlier modules' sessions, and a real vLLM
+    engine would spend its start on them. The tests of the warm start turn it on."""
+    return args if "warm_start" in args else {**args, "warm_start": {"enabled": False}}
+
+
 def _take_root(c: Cluster) -> None:
     """Delete the app at "/" unless a module is still using it (a module-scoped graph fixture nested in another)."""
     if c.app is not None and c.app.key is None:
@@ -78,7 +85,7 @@ def running_graph(
         yield c.url  # the same graph, deployed by an earlier module
         return
     _take_root(c)
-    serve.run(build_app(args), name=name, route_prefix="/")
+    serve.run(build_app(suite_args(args)), name=name, route_prefix="/")
     c.app = App(name, key)
     try:
         yield c.url
@@ -97,7 +104,7 @@ def serve_config(args: dict[str, Any], port: int, engines: dict[str, int]) -> di
     return {
         "http_options": {"host": "127.0.0.1", "port": port},
         "applications": [
-            {"name": APP, "route_prefix": "/", "import_path": "agentserve.serve.app:build_app", "args": args,
+            {"name": APP, "route_prefix": "/", "import_path": "agentserve.serve.app:build_app", "args": suite_args(args),
              "deployments": fixed + scaled}
         ],
     }
