@@ -17,6 +17,11 @@ REQUESTS = Counter(
     "agentserve_requests_total", "Requests by API, model and HTTP status", ["api", "model", "status"],
     registry=REGISTRY,
 )
+REQUESTS_BY_KIND = Counter(
+    "agentserve_requests_by_kind_total",
+    "Admitted requests by what triggered them (user_message, tool_result, compaction, subagent_spawn, other)",
+    ["api", "model", "kind"], registry=REGISTRY,
+)
 TTFT = Histogram(
     "agentserve_time_to_first_token_seconds", "Time from request arrival to the first output token",
     ["api", "model"], buckets=_LATENCY_BUCKETS, registry=REGISTRY,

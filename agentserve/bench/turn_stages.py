@@ -61,6 +61,7 @@ def measure(
     from agentserve.apis.anthropic.schema import MessagesRequest
     from agentserve.doctor import PrefixDoctor
     from agentserve.ingress.hints import with_hints
+    from agentserve.ingress.lineage import read_lineage, with_lineage
     from agentserve.ingress.http import parse_json
     from agentserve.ingress.middleware import limits
     from agentserve.ingress.middleware.auth import identity_of
@@ -87,7 +88,7 @@ def measure(
         gen = anthropic.decode(req, request_id="req_stage", model=spec.id, signer=signer, caller=scope,
                                session_id=session_id)
         gen = gen.model_copy(update={"conversation": strip_anthropic_preamble(gen.conversation)[0]})
-        return with_hints(gen, headers, req)
+        return with_lineage(with_hints(gen, headers, req), read_lineage(headers))
 
     def decode(raw: bytes):
         return decode_validated(parse_json(raw, MessagesRequest, args.limits))

@@ -176,6 +176,11 @@ class PrefixDoctor:
         if self._trace is not None:
             self._trace.write(TraceTurn(session_key, prompt_ids, output_ids))
 
+    def forget(self, session_key: str) -> None:
+        """The session starts a new prefix (a compaction replaced its history): its next turn is not checked
+        against the turns before."""
+        self._memory.forget(session_key)
+
     def stats(self) -> DoctorStats:
         t = self._trace
         return DoctorStats(

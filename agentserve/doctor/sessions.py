@@ -79,6 +79,9 @@ class SessionMemory:
             old_key, old = self._turns.popitem(last=False)
             self.nbytes -= self._cost(old_key, old)
 
+    def forget(self, key: str) -> None:
+        self._drop(self._key(key))
+
     def _drop(self, key: str) -> None:
         old = self._turns.pop(key, None)
         if old is not None:

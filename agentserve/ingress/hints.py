@@ -1,7 +1,8 @@
 """Agent hints from a request: `nvext.agent_hints` / `nvext.session_control` in the body, `x-agentserve-*` headers.
 
 One helper for every wire API. The body wins over headers (it is per request; headers are usually
-set once in a harness's configuration), and both win over what the API decoder derived (e.g. `user`).
+set once in a harness's configuration), and both win over what the API decoder derived (e.g. `user`). The
+session headers (agentserve's and the harnesses') are ingress/lineage.py's: the decoder gets the session from it.
 
     gen = with_hints(gen, request.headers, body)
 """
@@ -22,7 +23,6 @@ _FIELDS = {  # hint -> parser
     "osl": int,
     "latency_sensitivity": float,
     "speculative_prefill": lambda v: v if isinstance(v, bool) else str(v).strip().lower() in ("1", "true", "yes", "on"),
-    "session_id": str,
 }
 
 
@@ -65,7 +65,7 @@ def extract_hints(headers: Mapping[str, str], body: Any, base: AgentHints | None
     if not isinstance(hints, dict):
         raise RequestError("invalid_request", "nvext.agent_hints must be an object", param="nvext.agent_hints")
     for name, value in hints.items():
-        if name in _FIELDS and name != "session_id" and value is not None:
+        if name in _FIELDS and value is not None:
             found[name] = _parse(name, value, f"nvext.agent_hints.{name}")
     session = (nvext.get("session_control") or {}).get("session_id")
     if session:

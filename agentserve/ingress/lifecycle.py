@@ -249,12 +249,14 @@ class RequestLifecycle:
         routing = time.perf_counter()
         metrics.QUEUE_TIME.labels(self.model_id, "preprocess").observe(routing - started)
         self.pre = pre
+        if self._metered and not self._warm_only:
+            metrics.REQUESTS_BY_KIND.labels(self._api, self.model_id, self.request.hints.kind).inc()
         session = self._session()
         # The counts now; the cause on the doctor's worker, taken only if it is named while routing is out (plus
         # a few ms): admission never waits on a diagnosis (doctor/prefix_doctor.py).
-        check = (
+        check = (  # a compaction is a new prefix by design: nothing to diagnose
             self._path.doctor.start(session, pre.engine.token_ids, pre.report.replay_last_rerendered)
-            if session
+            if session and self.request.hints.kind != "compaction"
             else None
         )
         route_call = self._path.router.route.remote(pre.route)

@@ -314,7 +314,7 @@ class Ours(_Base):
             prompt_tokens=req.prompt_tokens,
             hints=AgentHints(session_id=str(req.session.sid)),
             max_tokens=4096,
-            session_key="",
+            session_key=str(req.session.sid),
         )
         d = self._r.try_route(pre)
         assert d is not None and d.replica_id is not None

@@ -12,6 +12,9 @@ from agentserve.protocol.constraints import OutputFormat
 from agentserve.protocol.conversation import Conversation
 from agentserve.protocol.token_ids import TokenIds
 
+# What triggered a request (ingress/lineage.py): the harness's user, a tool's result, a context compaction, a
+# subagent's first request, or anything else (a continuation, a side request).
+RequestKind = Literal["user_message", "tool_result", "compaction", "subagent_spawn", "other"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
@@ -60,6 +63,8 @@ class AgentHints(BaseModel):
     latency_sensitivity: float | None = None
     osl: int | None = None  # expected output length
     session_id: str | None = None
+    parent_session_id: str | None = None  # the session that spawned this one (a subagent's parent)
+    kind: RequestKind = "other"
     # After the turn, prefill the next turn's predicted prefix (this turn as it will be replayed) on its replica.
     speculative_prefill: bool = False
 
@@ -170,6 +175,7 @@ class RouteRequest(BaseModel):
     max_tokens: int
     hints: AgentHints = AgentHints()
     session_key: str = ""
+    parent_session_key: str = ""  # the parent session's key, scoped like session_key ("": none)
 
 
 Preprocessed.model_rebuild()

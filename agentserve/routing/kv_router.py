@@ -143,8 +143,8 @@ class KvRouter:
             for r in self._replicas
         ])
         new_blocks = request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, self.cfg.cost)
-        session = self._session_key(req) if policy.uses_sessions else ""
-        home = self._sessions.replica_of(session) if session else None
+        session = req.session_key if policy.uses_sessions else ""
+        home = self._home(req, session)
         placement = Placement(cands, req.prompt_tokens, new_blocks, home, bool(session) and home is None)
         choice = policy.pick(placement, self.cfg.cost, self._rng)
         if choice is None:
@@ -169,7 +169,7 @@ class KvRouter:
         cfg = self.cfg.cost
         blocks = request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, cfg)
         choice = Choice(replica, overlap, 0.0, "affinity")
-        self._commit(req, choice, blocks, self._session_key(req))
+        self._commit(req, choice, blocks, req.session_key)
         return RouteDecision(replica_id=replica, overlap_blocks=overlap, reason="affinity")
 
     def first_token(self, request_id: str) -> None:
@@ -237,9 +237,16 @@ class KvRouter:
     def _index_size(self, replica: str) -> int:
         return self._events.index.size(replica) + self._learned.index.size(replica)
 
-    @staticmethod
-    def _session_key(req: RouteRequest) -> str:
-        return req.hints.session_id or getattr(req, "session_key", "") or ""
+    def _home(self, req: RouteRequest, session: str) -> str | None:
+        """Where the session's next turn belongs: its last turn's replica; a subagent's first request goes where
+        its parent is (it starts from the parent's context). A compaction starts a new prefix (the summary of the
+        history, not the history): it is placed like a new session's first turn, and its replica becomes home."""
+        if not session or req.hints.kind == "compaction":
+            return None
+        home = self._sessions.replica_of(session)
+        if home is None and req.parent_session_key:
+            home = self._sessions.replica_of(req.parent_session_key)
+        return home
 
     def _commit(self, req: RouteRequest, choice: Choice, new_blocks: float, session: str) -> None:
         uncached = max(0, req.prompt_tokens - choice.overlap_blocks * self.cfg.cost.block_size)

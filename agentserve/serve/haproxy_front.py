@@ -36,6 +36,8 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping
 
+from agentserve.ingress import lineage
+
 WRAPPER_NAME = "agentserve-haproxy"
 NO_SPLICE = "-dS"
 HARDENED_SUFFIX = ".agentserve"
@@ -66,8 +68,8 @@ class FrontLimits:
         )
 
 
-# The harnesses' session headers, first found wins: ours, Claude Code's, Codex's (both spellings).
-SESSION_HEADERS = ("x-agentserve-session-id", "x-claude-code-session-id", "session_id", "session-id")
+# The harnesses' session headers (ingress/lineage.py), first found wins.
+SESSION_HEADERS = tuple(header for header, _ in lineage.SESSION_HEADERS)
 _SESSION_VAR = "txn.agentserve_session"
 
 

@@ -145,7 +145,9 @@ def _logprobs(req: ChatCompletionRequest) -> int | None:
     return req.top_logprobs or 0
 
 
-def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> GenerationRequest:
+def decode(
+    req: ChatCompletionRequest, *, request_id: str, model: str, session_id: str | None = None
+) -> GenerationRequest:
     if req.n != 1:
         raise RequestError(
             "invalid_request", "only n=1 is supported (one choice per request; send n requests instead)", param="n"
@@ -200,7 +202,7 @@ def decode(req: ChatCompletionRequest, *, request_id: str, model: str) -> Genera
             parallel_tool_calls=req.parallel_tool_calls is not False,
         ),
         sampling=sampling,
-        hints=AgentHints(session_id=req.user),
+        hints=AgentHints(session_id=session_id or req.user),
         template_kwargs=dict(req.chat_template_kwargs or {}),
         output_format=_output_format(req.response_format),
         reasoning_effort=reasoning_effort(req.reasoning_effort, "reasoning_effort"),

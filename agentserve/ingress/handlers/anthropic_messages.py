@@ -28,6 +28,7 @@ from agentserve.ingress.context import IngressContext
 from agentserve.ingress.driver import Decoded
 from agentserve.ingress.errors import Envelope
 from agentserve.ingress.hints import with_hints
+from agentserve.ingress.lineage import read_lineage, with_lineage
 from agentserve.ingress.http import parse_body
 from agentserve.ingress.lifecycle import ParseOptions
 from agentserve.ingress.middleware.auth import caller_scope
@@ -151,7 +152,8 @@ class AnthropicMessagesHandler:
 
     async def decode(self, request: Request) -> Decoded:
         caller = caller_scope()
-        session = request.headers.get("x-claude-code-session-id")
+        lineage = read_lineage(request.headers)
+        session = lineage.session
         memo_key = (caller, session) if session else None
         validated = await self._body(
             request, anthropic.MessagesRequest, lambda data: self._messages.validate(data, memo_key)
@@ -172,7 +174,7 @@ class AnthropicMessagesHandler:
         origin = origins.after(gen.conversation.turns)  # the decode walked them: nothing left to hash
         self._messages.remember(memo_key, validated, gen.conversation, system_turns(body), origins.state())
         gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
-        gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
+        gen = self._ctx.authorized_hints(with_lineage(with_hints(gen, request.headers, body), lineage))
         # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.
         options = ParseOptions(
             tools=[t.openai_schema() for t in gen.conversation.tools],

@@ -13,6 +13,7 @@ from agentserve.protocol.errors import RequestError
 from agentserve.ingress.context import IngressContext
 from agentserve.ingress.driver import Decoded
 from agentserve.ingress.hints import with_hints
+from agentserve.ingress.lineage import read_lineage, with_lineage
 from agentserve.ingress.http import parse_body
 from agentserve.ingress.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
 
@@ -78,8 +79,9 @@ class ChatCompletionsApi:
         body = await parse_body(request, chat_completions.ChatCompletionRequest, self._ctx.args.limits)
         served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
         rid = self._ctx.request_id()
-        gen = chat_completions.decode(body, request_id=rid, model=served.id)
-        gen = self._ctx.authorized_hints(with_hints(gen, request.headers, body))
+        lineage = read_lineage(request.headers, body)
+        gen = chat_completions.decode(body, request_id=rid, model=served.id, session_id=lineage.session)
+        gen = self._ctx.authorized_hints(with_lineage(with_hints(gen, request.headers, body), lineage))
         options = ParseOptions(
             tools=[t.openai_schema() for t in gen.conversation.tools],
             parse_tool_calls=gen.conversation.tool_choice != "none",

@@ -26,6 +26,7 @@ from agentserve.ingress.middleware.auth import caller_scope
 from agentserve.ingress.context import IngressContext
 from agentserve.ingress.driver import Decoded
 from agentserve.ingress.hints import with_hints
+from agentserve.ingress.lineage import read_lineage, with_lineage
 from agentserve.ingress.http import SSE_HEADERS, parse_body
 from agentserve.ingress.lifecycle import SSE_COMMENT_KEEPALIVE, ParseOptions
 
@@ -158,6 +159,7 @@ class ResponsesHandler:
         model = served.model
         owner = caller_scope()
         history = await self._history(body, owner, recall)
+        lineage = read_lineage(headers, body)
         decoded = responses.decode(
             body,
             request_id=self._ctx.request_id(),
@@ -165,7 +167,7 @@ class ResponsesHandler:
             sealer=self._sealer,
             caller=owner,
             history=history,
-            session_id=headers.get("session_id") or headers.get("session-id"),
+            session_id=lineage.session,
         )
         if "codex" in headers.get("originator", "") + headers.get("user-agent", "").lower():
             # What Codex resolved for this model shows in what it sends (see docs/HARNESSES.md).
@@ -190,7 +192,7 @@ class ResponsesHandler:
             namespaces=decoded.namespaces,
             sse=sse,
         )
-        gen = self._ctx.authorized_hints(with_hints(decoded.request, headers, body))
+        gen = self._ctx.authorized_hints(with_lineage(with_hints(decoded.request, headers, body), lineage))
         conv = gen.conversation
         options = ParseOptions(
             tools=[t.openai_schema() for t in conv.tools],

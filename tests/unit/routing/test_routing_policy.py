@@ -18,10 +18,11 @@ from agentserve.routing.kv_router import KvRouter, RouterConfig
 BS = 4
 
 
-def req(i, tokens, session=None, priority=0, osl=None) -> RouteRequest:
+def req(i, tokens, session=None, priority=0, osl=None, kind="other", parent="") -> RouteRequest:
     return RouteRequest(
         request_id=f"r{i}", model="m", block_hashes=block_hashes(tokens, BS), prompt_tokens=len(tokens),
-        max_tokens=16, hints=AgentHints(session_id=session, priority=priority, osl=osl),
+        max_tokens=16, hints=AgentHints(session_id=session, priority=priority, osl=osl, kind=kind),
+        session_key=session or "", parent_session_key=parent,
     )
 
 
@@ -84,6 +85,45 @@ def test_a_session_stays_unless_another_replica_saves_it_more_than_stay_tokens()
     r2 = make(session_stay_tokens=16)
     r2._load.start("x", "a", 8, 0)  # noqa: SLF001
     assert r2.try_route(req(3, list(range(700, 708)))).replica_id == "b"
+
+
+def _homed(session: str) -> tuple[KvRouter, str, str]:
+    """A router whose `session` lives on one replica, now a little busier than the other (less than stay_tokens)."""
+    r = make(session_stay_tokens=16)
+    home = r.try_route(req(0, list(range(8)), session=session)).replica_id
+    r.release("r0")
+    r._load.start("x1", home, 8, 0)  # noqa: SLF001 - pending prefill on home: a free request would go elsewhere
+    return r, home, "b" if home == "a" else "a"
+
+
+def test_affinity_follows_the_callers_session_key_not_the_session_id_it_names():
+    r, home, other = _homed("caller-1/s")
+    assert r.try_route(req(1, list(range(100, 108)), session="caller-1/s")).replica_id == home
+    r.release("r1")
+    # Another caller naming the same session id gets another key: it cannot pull itself onto (or steer) the home.
+    stranger = req(2, list(range(200, 208)), session="caller-2/s")
+    stranger = stranger.model_copy(update={"hints": AgentHints(session_id="caller-1/s")})
+    assert r.try_route(stranger).replica_id == other
+
+
+def test_a_compaction_is_placed_as_a_new_prefix_and_its_replica_becomes_home():
+    r, home, other = _homed("s")
+    # The summary prompt shares nothing the old home holds beyond what any replica has: placed on cost alone.
+    assert r.try_route(req(1, list(range(300, 308)), session="s", kind="compaction")).replica_id == other
+    r.release("r1")
+    r._load.start("x2", other, 16, 0)  # noqa: SLF001 - now the new home is the busier one, within stay_tokens
+    assert r.try_route(req(2, list(range(400, 408)), session="s", kind="user_message")).replica_id == other
+
+
+def test_a_subagents_first_request_goes_where_its_parent_is_and_stays_there():
+    r, home, other = _homed("parent")
+    child = req(1, list(range(500, 508)), session="parent/agent-1", kind="subagent_spawn", parent="parent")
+    assert r.try_route(child).replica_id == home
+    r.release("r1")
+    # Its later turns follow its own home; a session whose parent the router never saw is placed freely.
+    assert r.try_route(req(2, list(range(600, 608)), session="parent/agent-1", parent="parent")).replica_id == home
+    orphan = req(3, list(range(700, 708)), session="other/agent", kind="subagent_spawn", parent="unknown")
+    assert r.try_route(orphan).replica_id == other
 
 
 SYSTEM = list(range(1000, 1064))  # a shared system prompt both sessions' first turns start with
