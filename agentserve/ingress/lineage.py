@@ -22,31 +22,12 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel
 
+from agentserve.ingress.harness_headers import (  # noqa: F401 (re-exported: the tables belong to lineage)
+    CLAUDE_AGENT, CLAUDE_PARENT_AGENT, CODEX_SUBAGENT, CODEX_TURN_METADATA, CODEX_WINDOW, KIND_HEADER, PARENT_HEADERS, SESSION_HEADERS, METADATA_ALIASES,
+)
 from agentserve.protocol import GenerationRequest
 from agentserve.protocol.conversation import Conversation, ToolResultBlock
 from agentserve.protocol.requests import RequestKind
-
-# (header, harness) in precedence order: agentserve's own names first, then each harness's.
-SESSION_HEADERS: tuple[tuple[str, str], ...] = (
-    ("x-agentserve-session-id", "agentserve"),
-    ("x-claude-code-session-id", "claude-code"),
-    ("thread-id", "codex"),  # Codex's current name (its docs); older builds send only session_id
-    ("session_id", "codex"),
-    ("session-id", "codex"),
-    ("x-session-id", "opencode"),
-    ("x-session-affinity", "opencode"),
-    ("x-deepseek-harness-session-id", "deepseek-harness"),
-    ("x-dynamo-session-id", "dynamo"),  # a client configured for Dynamo's headers
-)
-PARENT_HEADERS: tuple[str, ...] = (
-    "x-agentserve-parent-session-id", "x-codex-parent-thread-id", "x-parent-session-id", "x-dynamo-parent-session-id",
-)
-KIND_HEADER = "x-agentserve-request-kind"  # a custom harness may say what triggered its request
-# Claude Code names a subagent inside the session it belongs to.
-CLAUDE_AGENT, CLAUDE_PARENT_AGENT = "x-claude-code-agent-id", "x-claude-code-parent-agent-id"
-CODEX_SUBAGENT, CODEX_TURN_METADATA, CODEX_WINDOW = "x-openai-subagent", "x-codex-turn-metadata", "x-codex-window-id"
-# Codex over its WebSocket repeats its headers in the request's `client_metadata` (same names, or snake case).
-_METADATA_ALIASES = {"thread-id": "thread_id", "session-id": "session_id"}
 
 # What a compaction request says, by harness: Codex in its turn metadata or subagent header; both harnesses in
 # the summarisation prompt they send as the conversation's last message (Claude Code always; Codex when the
@@ -84,7 +65,7 @@ def _client_metadata(body: Any) -> Mapping[str, Any]:
 def _lookup(headers: Mapping[str, str], metadata: Mapping[str, Any], name: str) -> str | None:
     value = headers.get(name)
     if value is None:
-        value = metadata.get(name, metadata.get(_METADATA_ALIASES.get(name, name)))
+        value = metadata.get(name, metadata.get(METADATA_ALIASES.get(name, name)))
     if value is None or not isinstance(value, (str, int)):
         return None
     value = str(value).strip()

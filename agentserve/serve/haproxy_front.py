@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping
 
-from agentserve.ingress import lineage
+from agentserve.ingress import harness_headers
 
 WRAPPER_NAME = "agentserve-haproxy"
 NO_SPLICE = "-dS"
@@ -68,8 +68,8 @@ class FrontLimits:
         )
 
 
-# The harnesses' session headers (ingress/lineage.py), first found wins.
-SESSION_HEADERS = tuple(header for header, _ in lineage.SESSION_HEADERS)
+# The harnesses' session headers (ingress/harness_headers.py), first found wins.
+SESSION_HEADERS = tuple(header for header, _ in harness_headers.SESSION_HEADERS)
 _SESSION_VAR = "txn.agentserve_session"
 
 

@@ -378,3 +378,35 @@ def test_malformed_bodies_over_http_are_4xx_in_the_envelope(graph_url):
                 assert err["error"]["type"] in ("invalid_request_error", "not_found_error")
 
         check()
+
+
+def _kind_count(graph_url: str, kind: str) -> float:
+    total = 0.0
+    for line in httpx.get(f"{graph_url}/metrics").text.splitlines():
+        if line.startswith("agentserve_requests_by_kind_total{") and f'kind="{kind}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_request_kinds_from_claude_code_headers(graph_url, client):
+    """A tool result, a compaction and a subagent's first request, as Claude Code sends them, are each counted
+    under their kind (what an operator's dashboard splits traffic by)."""
+    kinds = ("tool_result", "compaction", "subagent_spawn", "user_message")
+    before = {k: _kind_count(graph_url, k) for k in kinds}
+    session = {"x-claude-code-session-id": "lineage-it-1"}
+    history = [
+        {"role": "user", "content": "What's the weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                           "input": {"location": "Paris"}}]},
+    ]
+    client.messages.create(model=MODEL, max_tokens=8, tools=[WEATHER], extra_headers=session, messages=[
+        *history, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]}])
+    client.messages.create(model=MODEL, max_tokens=8, extra_headers=session, messages=[
+        *history[:1], {"role": "assistant", "content": "It is 18C in Paris."},
+        {"role": "user", "content": "Your task is to create a detailed summary of the conversation so far, "
+                                    "paying close attention to the user's explicit requests."}])
+    client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Search the repo."}],
+                           extra_headers={**session, "x-claude-code-agent-id": "agent-7"})
+    after = {k: _kind_count(graph_url, k) for k in kinds}
+    assert {k: after[k] - before[k] for k in kinds} == {
+        "tool_result": 1, "compaction": 1, "subagent_spawn": 1, "user_message": 0}
