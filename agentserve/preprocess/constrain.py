@@ -96,7 +96,7 @@ def structural_tag(
     tool_choice_param: str = "tool_choice",
 ) -> str | None:
     """The structural tag this request's output must match, or None when nothing constrains it."""
-    tools, choice = conversation.tools, conversation.tool_choice
+    tools, choice = conversation.tools_in_force(), conversation.tool_choice
     strict = any(t.strict for t in tools)
     body: Tag | None = None
     if tools and isinstance(choice, NamedToolChoice):
@@ -169,7 +169,7 @@ def check(tag: str, conversation: Conversation, output_format: OutputFormat | No
     reason = _refusal(tag)
     if reason is not None:
         param = output_format.param if output_format is not None else "tools"
-        for i, t in enumerate(conversation.tools):
+        for i, t in enumerate(conversation.tools_in_force()):
             try:
                 xgr.Grammar.from_json_schema(json.dumps(t.parameters))
             except Exception:  # noqa: BLE001

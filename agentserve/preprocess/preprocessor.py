@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from agentserve.config import ModelSpec
 from agentserve.kv_events.block_hash import cache_salt, root
+from agentserve.preprocess import tool_changes
 from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
 from agentserve.preprocess.constrain import check as check_constraint
 from agentserve.preprocess.incremental import (
@@ -228,6 +229,7 @@ class Preprocessor:
         replay: ReplayKeys | None = None,
         space: tuple[str | None, str | None] = (None, None),  # (adapter, cache salt): what seeds the block hashes
     ) -> RenderedPrompt:
+        conversation = tool_changes.inline(conversation)
         if self._sort_tools:
             conversation = sort_tools(conversation)
         client_kwargs = self._client_kwargs.check(template_kwargs or {})

@@ -24,6 +24,7 @@ from agentserve.protocol import (
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
+    ToolChangeBlock,
     ToolResultBlock,
     Turn,
 )
@@ -85,6 +86,8 @@ def _turn_form(turn: Turn) -> Any:
             blocks.append(["tr", b.tool_call_id, b.content, b.is_error])
         elif isinstance(b, ImageBlock):
             blocks.append(["i", b.url])
+        elif isinstance(b, ToolChangeBlock):
+            blocks.append(["tc", [[t.openai_schema(), t.strict] for t in b.added], list(b.removed)])
     return [turn.role, blocks]
 
 

@@ -15,6 +15,23 @@ class _Block(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class ToolSpec(BaseModel):
+    """A function the model may call; `parameters` is its JSON schema."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool = False  # arguments are constrained to `parameters` while decoding
+
+    def openai_schema(self) -> dict[str, Any]:
+        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
+
+
 class TextBlock(_Block):
     type: Literal["text"] = "text"
     text: str
@@ -45,8 +62,18 @@ class ImageBlock(_Block):
     url: str  # http(s) or data: URL
 
 
+class ToolChangeBlock(_Block):
+    """Tools that come into force, or leave, at this point of the conversation (a system turn): Claude Code's
+    `tool_addition` / `tool_removal`, or the deferred tools a tool search referenced. Rendered where it stands
+    (preprocess/tool_changes.py), so the prompt before it stays what the engine cached."""
+
+    type: Literal["tool_change"] = "tool_change"
+    added: tuple[ToolSpec, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
 Block = Annotated[
-    Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, ImageBlock],
+    Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, ImageBlock, ToolChangeBlock],
     Field(discriminator="type"),
 ]
 
@@ -61,23 +88,6 @@ class Turn(BaseModel):
 
     def text(self) -> str:
         return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
-
-
-class ToolSpec(BaseModel):
-    """A function the model may call; `parameters` is its JSON schema."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    strict: bool = False  # arguments are constrained to `parameters` while decoding
-
-    def openai_schema(self) -> dict[str, Any]:
-        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
-        if self.description:
-            fn["description"] = self.description
-        return {"type": "function", "function": fn}
 
 
 class NamedToolChoice(BaseModel):
@@ -101,6 +111,21 @@ class Conversation(BaseModel):
         call, instead of every turn and block pickled as a model and restored one by one in Python: a long agent
         conversation sends and arrives 2-3x faster (docs/BENCHMARKS.md, "What a long prompt costs to carry")."""
         return (_conversation_from_data, (self.model_dump(),))
+
+    def tools_in_force(self) -> tuple[ToolSpec, ...]:
+        """The tools the model may call in its reply: those listed at the top, then every tool change in order (what
+        the parser and the constraints know; the template lists only `tools`)."""
+        changes = [b for t in self.turns if t.role == "system" for b in t.blocks if isinstance(b, ToolChangeBlock)]
+        if not changes:
+            return self.tools
+        tools = {t.name: t for t in self.tools}
+        for change in changes:
+            for name in change.removed:
+                tools.pop(name, None)
+            for spec in change.added:
+                tools.pop(spec.name, None)
+                tools[spec.name] = spec
+        return tuple(tools.values())
 
     def last_user_text(self) -> str:
         """Text of the user and tool-result turns since the last assistant turn (what a scripted engine matches
@@ -171,4 +196,6 @@ def approx_nbytes(turns: tuple[Turn, ...]) -> int:
                 n += len(b.tool_call_id) + len(b.content)
             elif isinstance(b, ImageBlock):
                 n += len(b.url)
+            elif isinstance(b, ToolChangeBlock):
+                n += sum(len(repr(t.parameters)) + len(t.description or "") for t in b.added) + len(repr(b.removed))
     return n

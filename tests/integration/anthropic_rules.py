@@ -19,6 +19,11 @@ ANTHROPIC_RULES = [
     {"match": "AS_WEATHER", "reply": WEATHER_TWO_CALLS, "itl_ms": 1},
     {"match": "AS_INTERLEAVED", "reply": INTERLEAVED, "itl_ms": 0},
     {"match": "AS_STOPSEQ", "reply": "alpha beta END gamma delta", "itl_ms": 0},
+    {
+        "match": "AS_LATE_TOOL",
+        "reply": '<tool_call>\n{"name": "mcp__github__create_issue", "arguments": {"title": "Late"}}\n</tool_call>',
+        "itl_ms": 0,
+    },
     {"match": "AS_WORDS", "reply": "one two three four five six seven eight nine ten eleven twelve", "itl_ms": 0},
     {"match": "AS_KEEPALIVE", "reply": "<think>Slow thought.</think>Done slowly.", "itl_ms": 150},
     {

@@ -29,9 +29,13 @@ from agentserve.apis.anthropic.schema import (
     TextParam,
     ThinkingEnabled,
     ThinkingParam,
+    ToolAdditionParam,
     ToolChoiceAny,
     ToolChoiceNone,
     ToolChoiceTool,
+    ToolParam,
+    ToolReferenceParam,
+    ToolRemovalParam,
     ToolResultParam,
     ToolUseParam,
 )
@@ -51,6 +55,7 @@ from agentserve.protocol import (
     SamplingParams,
     TextBlock,
     ToolCallBlock,
+    ToolChangeBlock,
     ToolResultBlock,
     ToolSpec,
     Turn,
@@ -115,10 +120,13 @@ def _tool_result_text(block: ToolResultParam) -> str:
 class _TurnBuilder:
     """Turns in order; a user message may yield several (a mid_conv_system block splits it in place)."""
 
-    def __init__(self, signer: ThinkingSigner | None, caller: str, origins: Origins | None = None) -> None:
+    def __init__(
+        self, signer: ThinkingSigner | None, caller: str, origins: Origins | None = None, tools: "_Tools | None" = None
+    ) -> None:
         self.turns: list[Turn] = []
         self._signer = signer
         self._origins = origins if origins is not None else Origins(caller)
+        self._tools = tools if tools is not None else _Tools((), {})
 
     def origin(self) -> Origin:
         """Where an assistant message after the turns so far stands (what its thinking is signed for)."""
@@ -169,6 +177,72 @@ class _TurnBuilder:
                 raise _bad(f"{at}: a user message cannot contain a `{block.type}` block", at)
         end_text_run()
         self._push("user", blocks)
+        self._load_referenced(msg)
+
+    def _load_referenced(self, msg: MessageParam) -> None:
+        """Deferred tools a tool search returned (`tool_reference` in a tool result) come into force right after it."""
+        names = [
+            item["tool_name"] for block in msg.content if isinstance(block, ToolResultParam)
+            and isinstance(block.content, list) for item in block.content
+            if item.get("type") == "tool_reference" and isinstance(item.get("tool_name"), str)
+        ]
+        if not names:
+            return
+        in_force = self.in_force()
+        added = tuple({n: self._tools.deferred[n] for n in names if n in self._tools.deferred and n not in in_force}
+                      .values())
+        if added:
+            self._push("system", [ToolChangeBlock(added=added)])
+
+    def in_force(self) -> set[str]:
+        names = {t.name for t in self._tools.top}
+        for turn in self.turns:
+            for b in turn.blocks:
+                if isinstance(b, ToolChangeBlock):
+                    names.difference_update(b.removed)
+                    names.update(t.name for t in b.added)
+        return names
+
+    def system_message(self, msg: MessageParam, where: str) -> None:
+        """A `role: "system"` message: text, and tools coming into force or leaving (in order, one system turn)."""
+        content = [msg.content] if isinstance(msg.content, str) else msg.content
+        blocks: list[Block] = []
+        texts: list[str] = []
+        for j, block in enumerate(content):
+            at = f"{where}.content.{j}"
+            if isinstance(block, str):
+                texts.append(block)
+            elif isinstance(block, TextParam):
+                texts.append(block.text)
+            elif isinstance(block, (ToolAdditionParam, ToolRemovalParam)):
+                change = self._change(block, at)
+                last = blocks[-1] if blocks and not texts else None
+                if isinstance(last, ToolChangeBlock) and not (
+                    {t.name for t in (*last.added, *change.added)} & {*last.removed, *change.removed}
+                ):  # consecutive changes of different tools: one list in the prompt
+                    change = ToolChangeBlock(added=last.added + change.added, removed=last.removed + change.removed)
+                    blocks.pop()
+                blocks.extend(_joined_text(texts))
+                texts.clear()
+                blocks.append(change)
+            else:
+                raise _bad(f"{at}: a system message can only contain text, tool_addition and tool_removal blocks", at)
+        blocks.extend(_joined_text(texts))
+        self._push("system", blocks)
+
+    def _change(self, block: ToolAdditionParam | ToolRemovalParam, at: str) -> ToolChangeBlock:
+        if isinstance(block, ToolRemovalParam):
+            return ToolChangeBlock(removed=(block.tool.name,))
+        if isinstance(block.tool, ToolReferenceParam):
+            spec = self._tools.any.get(block.tool.name)
+            if spec is None:
+                raise _bad(f"{at}.tool.name: no tool named '{block.tool.name}' in `tools`", f"{at}.tool.name")
+            return ToolChangeBlock(added=(spec,))
+        spec = _spec(block.tool.definition, f"{at}.tool.definition")
+        if spec is None:
+            raise _bad(f"{at}.tool.definition: a server tool cannot be added here (nothing here can run it)",
+                       f"{at}.tool.definition")
+        return ToolChangeBlock(added=(spec,))
 
     def assistant(self, msg: MessageParam, where: str) -> None:
         if isinstance(msg.content, str):
@@ -230,19 +304,37 @@ def _system_texts(system: str | list[TextParam] | None) -> list[str]:
     return [b.text for b in system]
 
 
-def _tools(req: CountTokensRequest) -> tuple[ToolSpec, ...]:
-    specs: list[ToolSpec] = []
+@dataclass(frozen=True, slots=True)
+class _Tools:
+    top: tuple[ToolSpec, ...]  # in force from the start: listed by the template at the top
+    deferred: dict[str, ToolSpec]  # `defer_loading`: in force once a tool_addition or a tool search names them
+
+    @property
+    def any(self) -> dict[str, ToolSpec]:
+        return {**{t.name: t for t in self.top}, **self.deferred}
+
+
+def _spec(tool: ToolParam, where: str) -> ToolSpec | None:
+    """A custom tool's spec; None for a server tool (web_search_..., code_execution_...): nothing here can run it."""
+    if tool.type not in (None, "custom"):
+        return None
+    if tool.input_schema is None:
+        raise _bad(f"{where}.input_schema: Field required", f"{where}.input_schema")
+    return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema, strict=bool(tool.strict))
+
+
+def _tools(req: CountTokensRequest) -> _Tools:
+    top: list[ToolSpec] = []
+    deferred: dict[str, ToolSpec] = {}
     for i, tool in enumerate(req.tools or []):
-        if tool.type not in (None, "custom"):
-            continue  # a server tool (web_search_..., code_execution_...): nothing here can run it
-        if tool.input_schema is None:
-            raise _bad(f"tools.{i}.input_schema: Field required", f"tools.{i}.input_schema")
-        specs.append(
-            ToolSpec(
-                name=tool.name, description=tool.description, parameters=tool.input_schema, strict=bool(tool.strict)
-            )
-        )
-    return tuple(specs)
+        spec = _spec(tool, f"tools.{i}")
+        if spec is None:
+            continue
+        if tool.defer_loading:
+            deferred[spec.name] = spec
+        else:
+            top.append(spec)
+    return _Tools(tuple(top), deferred)
 
 
 def _tool_choice(req: CountTokensRequest, tools: tuple[ToolSpec, ...]):
@@ -283,7 +375,8 @@ def conversation(
     turns are built, so `origins.after(turns)` then names the reply's position without a second pass. `known`: the
     leading messages already decoded (their signatures were verified for this caller at these places)."""
     origins = origins if origins is not None else Origins(caller)
-    builder = _TurnBuilder(signer, caller, origins)
+    tools = _tools(req)
+    builder = _TurnBuilder(signer, caller, origins, tools)
     builder.system(_system_texts(req.system))
     start = 0
     if known is not None:
@@ -298,26 +391,11 @@ def conversation(
         elif msg.role == "assistant":
             builder.assistant(msg, where)
         else:
-            content = [msg.content] if isinstance(msg.content, str) else msg.content
-            texts = []
-            for j, block in enumerate(content):
-                if isinstance(block, str):
-                    texts.append(block)
-                elif isinstance(block, TextParam):
-                    texts.append(block.text)
-                else:
-                    at = f"{where}.content.{j}"
-                    raise _bad(f"{at}: a system message can only contain text blocks", at)
-            builder.system(texts)
+            builder.system_message(msg, where)
     if not builder.turns:
         raise _bad("messages: at least one message with content is required", "messages")
-    tools = _tools(req)
-    return Conversation(
-        turns=tuple(builder.turns),
-        tools=tools,
-        tool_choice=_tool_choice(req, tools),
-        parallel_tool_calls=parallel_tool_use(req),
-    )
+    conv = Conversation(turns=tuple(builder.turns), tools=tools.top, parallel_tool_calls=parallel_tool_use(req))
+    return conv.model_copy(update={"tool_choice": _tool_choice(req, conv.tools_in_force())})
 
 
 def thinking_switch(req: CountTokensRequest) -> bool | None:

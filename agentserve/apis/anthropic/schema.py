@@ -73,6 +73,29 @@ class MidConvSystemParam(_Open):
     content: list[TextParam]
 
 
+class ToolReferenceParam(_Open):
+    type: Literal["tool_reference"]
+    name: str
+
+
+class ToolDefinitionParam(_Open):
+    type: Literal["tool_definition"]
+    definition: "ToolParam"
+
+
+class ToolAdditionParam(_Open):
+    """A tool in force from here on (a system message's block): one of `tools` marked `defer_loading`, by name, or a
+    definition of its own."""
+
+    type: Literal["tool_addition"]
+    tool: Annotated[Union[ToolReferenceParam, ToolDefinitionParam], Field(discriminator="type")]
+
+
+class ToolRemovalParam(_Open):
+    type: Literal["tool_removal"]
+    tool: ToolReferenceParam
+
+
 ContentBlock = Annotated[
     Union[
         TextParam,
@@ -83,6 +106,8 @@ ContentBlock = Annotated[
         ThinkingParam,
         RedactedThinkingParam,
         MidConvSystemParam,
+        ToolAdditionParam,
+        ToolRemovalParam,
     ],
     Field(discriminator="type"),
 ]
@@ -101,6 +126,10 @@ class ToolParam(_Open):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     strict: bool | None = None
+    defer_loading: bool | None = None  # not in force until a tool_addition or a tool search's tool_reference names it
+
+
+ToolDefinitionParam.model_rebuild()
 
 
 class _ToolChoiceBase(_Open):

@@ -177,7 +177,7 @@ class AnthropicMessagesHandler:
         gen = self._ctx.authorized_hints(with_lineage(with_hints(gen, request.headers, body), lineage))
         # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.
         options = ParseOptions(
-            tools=[t.openai_schema() for t in gen.conversation.tools],
+            tools=[t.openai_schema() for t in gen.conversation.tools_in_force()],
             parse_tool_calls=gen.conversation.tool_choice != "none",
             # Thinking disabled: still parse the model's reasoning markup (so it never leaks into text); the
             # encoder drops it, as Anthropic returns no thinking blocks then.

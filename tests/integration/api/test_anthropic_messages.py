@@ -410,3 +410,40 @@ def test_request_kinds_from_claude_code_headers(graph_url, client):
     after = {k: _kind_count(graph_url, k) for k in kinds}
     assert {k: after[k] - before[k] for k in kinds} == {
         "tool_result": 1, "compaction": 1, "subagent_spawn": 1, "user_message": 0}
+
+
+def _mcp_tool(name: str, **extra) -> dict:
+    return {"name": name, "description": f"GitHub MCP: {name}.", **extra,
+            "input_schema": {"type": "object", "properties": {"title": {"type": "string"}}}}
+
+
+def test_tool_search_session_keeps_its_prefix_across_a_tool_addition(client):
+    """Claude Code with tool search on: deferred MCP tools stay out of the prompt until a mid-conversation system
+    message adds one; the request that adds it is served (vLLM answers it with a 400), reuses the whole previous
+    prompt from the cache, and the model may call the added tool. Folding the tool into `tools` instead (the anchor)
+    re-renders from the tool list on."""
+    def session(tag: str, tools: list[dict], addition: list[dict], later_tools: list[dict] | None = None):
+        first = [{"role": "user", "content": f"AS_WORDS {tag}: which repositories do I have?"}]
+        r1 = client.messages.create(model=MODEL, max_tokens=16, system="You are a coding agent.", tools=tools,
+                                    messages=first)
+        tools = later_tools or tools
+        messages = [*first, {"role": "assistant", "content": r1.content}, *addition,
+                    {"role": "user", "content": "AS_LATE_TOOL file an issue"}]
+        r2 = client.messages.create(model=MODEL, max_tokens=32, system="You are a coding agent.", tools=tools,
+                                    messages=messages)
+        u1 = r1.usage
+        return u1.input_tokens + u1.cache_read_input_tokens + u1.cache_creation_input_tokens, r2
+
+    base = [WEATHER, _mcp_tool("mcp__github__list_repos")]
+    deferred = [*base, _mcp_tool("mcp__github__create_issue", defer_loading=True)]
+    added = [{"role": "system", "content": [
+        {"type": "text", "text": "The github MCP server connected."},
+        {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "mcp__github__create_issue"}}]}]
+    prompt1, in_place = session("in place", deferred, added)
+    assert in_place.stop_reason == "tool_use"
+    assert [b.name for b in in_place.content if b.type == "tool_use"] == ["mcp__github__create_issue"]
+    assert in_place.usage.cache_read_input_tokens >= prompt1 - 32  # all but the last partial block
+
+    _, anchor = session("anchor", base, [], [*base, _mcp_tool("mcp__github__create_issue")])
+    assert [b.name for b in anchor.content if b.type == "tool_use"] == ["mcp__github__create_issue"]
+    assert anchor.usage.cache_read_input_tokens < prompt1 / 2
