@@ -26,6 +26,8 @@ from agentserve.apis.anthropic.schema import (
     MessagesRequest,
     MidConvSystemParam,
     RedactedThinkingParam,
+    ServerToolResultParam,
+    ServerToolUseParam,
     TextParam,
     ThinkingEnabled,
     ThinkingParam,
@@ -39,6 +41,7 @@ from agentserve.apis.anthropic.schema import (
     ToolResultParam,
     ToolUseParam,
 )
+from agentserve.apis.anthropic.server_tools import call_text, is_server_tool, referenced_tools, result_text
 from agentserve.apis.anthropic.signature import ThinkingSigner
 from agentserve.apis.origin import Origin, Origins
 from agentserve.apis.sampling_caps import ANTHROPIC_MAX_STOP, stop_strings
@@ -177,15 +180,15 @@ class _TurnBuilder:
                 raise _bad(f"{at}: a user message cannot contain a `{block.type}` block", at)
         end_text_run()
         self._push("user", blocks)
-        self._load_referenced(msg)
-
-    def _load_referenced(self, msg: MessageParam) -> None:
-        """Deferred tools a tool search returned (`tool_reference` in a tool result) come into force right after it."""
-        names = [
+        self._load_referenced([
             item["tool_name"] for block in msg.content if isinstance(block, ToolResultParam)
             and isinstance(block.content, list) for item in block.content
             if item.get("type") == "tool_reference" and isinstance(item.get("tool_name"), str)
-        ]
+        ])
+
+    def _load_referenced(self, names: list[str]) -> None:
+        """Deferred tools a tool search returned (`tool_reference`s in a tool result, or a server-side search's
+        result) come into force right after it."""
         if not names:
             return
         in_force = self.in_force()
@@ -249,6 +252,7 @@ class _TurnBuilder:
             self._push("assistant", [TextBlock(text=msg.content)] if msg.content else [])
             return
         blocks: list[Block] = []
+        referenced: list[str] = []  # tools a server-side tool search loaded
         origin = self.origin()
         for j, block in enumerate(msg.content):
             at = f"{where}.content.{j}"
@@ -263,9 +267,15 @@ class _TurnBuilder:
             elif isinstance(block, ToolUseParam):
                 args = json.dumps(block.input, ensure_ascii=False)
                 blocks.append(ToolCallBlock(id=block.id, name=block.name, arguments=args))
+            elif isinstance(block, ServerToolUseParam):
+                blocks.append(TextBlock(text=call_text(block)))
+            elif isinstance(block, ServerToolResultParam):
+                blocks.append(TextBlock(text=result_text(block)))
+                referenced.extend(referenced_tools(block))
             else:
                 raise _bad(f"{at}: an assistant message cannot contain a `{block.type}` block", at)
         self._push("assistant", blocks)
+        self._load_referenced(referenced)
 
 
 def sign_thinking(messages: Sequence[dict[str, Any]], signer: ThinkingSigner, *, caller: str) -> list[dict[str, Any]]:
@@ -316,7 +326,7 @@ class _Tools:
 
 def _spec(tool: ToolParam, where: str) -> ToolSpec | None:
     """A custom tool's spec; None for a server tool (web_search_..., code_execution_...): nothing here can run it."""
-    if tool.type not in (None, "custom"):
+    if is_server_tool(tool):
         return None
     if tool.input_schema is None:
         raise _bad(f"{where}.input_schema: Field required", f"{where}.input_schema")
@@ -343,13 +353,20 @@ def _tool_choice(req: CountTokensRequest, tools: tuple[ToolSpec, ...]):
         return "auto" if tools else "none"
     if isinstance(choice, ToolChoiceNone):
         return "none"
+    servers = {t.name for t in req.tools or () if is_server_tool(t)}
+    if (isinstance(choice, ToolChoiceTool) and choice.name in servers) or (
+        isinstance(choice, ToolChoiceAny) and servers and not tools
+    ):  # forced to a tool nothing here runs: the model answers in text (apis/anthropic/server_tools.py)
+        return "none"
     if isinstance(choice, (ToolChoiceAny, ToolChoiceTool)) and not tools:
         raise _bad(f"tool_choice.type '{choice.type}' needs at least one tool in `tools`", "tool_choice")
     if isinstance(choice, ToolChoiceTool):
         if choice.name not in {t.name for t in tools}:
             raise _bad(f"tool_choice names '{choice.name}', which is not in `tools`", "tool_choice")
         return NamedToolChoice(name=choice.name)
-    return "required" if isinstance(choice, ToolChoiceAny) else "auto"
+    if isinstance(choice, ToolChoiceAny):
+        return "required"
+    return "auto" if tools else "none"
 
 
 @dataclass(frozen=True, slots=True)

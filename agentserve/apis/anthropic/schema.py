@@ -66,6 +66,33 @@ class RedactedThinkingParam(_Open):
     data: str
 
 
+class ServerToolUseParam(_Open):
+    """A server tool's call (web_search, web_fetch, code_execution, ...) in an assistant turn from Anthropic's API."""
+
+    type: Literal["server_tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+SERVER_TOOL_RESULT_TYPES = (
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+)
+
+
+class ServerToolResultParam(_Open):
+    """A server tool's result in an assistant turn: a list of hits, or one result or error object."""
+
+    type: Literal[SERVER_TOOL_RESULT_TYPES]  # type: ignore[valid-type]
+    tool_use_id: str
+    content: list[Any] | dict[str, Any] | None = None
+
+
 class MidConvSystemParam(_Open):
     """The block form of a mid-conversation system message."""
 
@@ -105,6 +132,8 @@ ContentBlock = Annotated[
         ToolResultParam,
         ThinkingParam,
         RedactedThinkingParam,
+        ServerToolUseParam,
+        ServerToolResultParam,
         MidConvSystemParam,
         ToolAdditionParam,
         ToolRemovalParam,

@@ -429,7 +429,7 @@ def test_tool_search_session_keeps_its_prefix_across_a_tool_addition(client):
         tools = later_tools or tools
         messages = [*first, {"role": "assistant", "content": r1.content}, *addition,
                     {"role": "user", "content": "AS_LATE_TOOL file an issue"}]
-        r2 = client.messages.create(model=MODEL, max_tokens=32, system="You are a coding agent.", tools=tools,
+        r2 = client.messages.create(model=MODEL, max_tokens=64, system="You are a coding agent.", tools=tools,
                                     messages=messages)
         u1 = r1.usage
         return u1.input_tokens + u1.cache_read_input_tokens + u1.cache_creation_input_tokens, r2
