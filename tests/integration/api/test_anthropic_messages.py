@@ -421,7 +421,7 @@ def test_tool_search_session_keeps_its_prefix_across_a_tool_addition(client):
     """Claude Code with tool search on: deferred MCP tools stay out of the prompt until a mid-conversation system
     message adds one; the request that adds it is served (vLLM answers it with a 400), reuses the whole previous
     prompt from the cache, and the model may call the added tool. Folding the tool into `tools` instead (the anchor)
-    re-renders from the tool list on."""
+    re-renders from the tool list's new entry on."""
     def session(tag: str, tools: list[dict], addition: list[dict], later_tools: list[dict] | None = None):
         first = [{"role": "user", "content": f"AS_WORDS {tag}: which repositories do I have?"}]
         r1 = client.messages.create(model=MODEL, max_tokens=16, system="You are a coding agent.", tools=tools,
@@ -446,4 +446,6 @@ def test_tool_search_session_keeps_its_prefix_across_a_tool_addition(client):
 
     _, anchor = session("anchor", base, [], [*base, _mcp_tool("mcp__github__create_issue")])
     assert [b.name for b in anchor.content if b.type == "tool_use"] == ["mcp__github__create_issue"]
-    assert anchor.usage.cache_read_input_tokens < prompt1 / 2
+    # The anchor keeps only what precedes the new entry in the tool list (this template lists tools at the end of the
+    # system message): the first exchange after it is prefilled again, at least two blocks here.
+    assert anchor.usage.cache_read_input_tokens <= in_place.usage.cache_read_input_tokens - 32
