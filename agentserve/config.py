@@ -50,7 +50,6 @@ class ModelProfile(_Strict):
         "You are a coding agent running in the Codex CLI. Use the tools to inspect and change the "
         "workspace, keep answers short, and finish with a brief summary of what you did."
     )
-    input_modalities: tuple[Literal["text", "image"], ...] = ("text",)
     support_verbosity: bool = False
     priority: int = 1
 
@@ -117,6 +116,31 @@ class ModelSpec(_Strict):
     # LoRA adapters of this model, each served under its own id; non-empty: the engine runs with LoRA enabled.
     adapters: tuple[LoraAdapterSpec, ...] = ()
     max_lora_rank: int = Field(default=16, ge=1)
+    # What the model reads: ("text",), or ("text", "image") for a vision model, whose images reach the engine as
+    # multi-modal data with its template's image placeholder where each stood. Codex's model profile reports it.
+    input_modalities: tuple[Literal["text", "image"], ...] = ("text",)
+    # The text the template renders for one image (Qwen2-VL: "<|vision_start|><|image_pad|><|vision_end|>");
+    # None: probed from the chat template as the Preprocessor starts (preprocess/images.py).
+    image_placeholder: str | None = None
+    # A request carrying input this model does not read (an image to a text-only model, a PDF to any model):
+    # "error" refuses it (400 naming the block), "placeholder" puts a fixed text in its place so the session goes
+    # on (the same text every turn, so the prompt stays a cached prefix). apis/media.py.
+    unsupported_media: Literal["error", "placeholder"] = "error"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _modalities_moved(cls, data: Any) -> Any:
+        profile = data.get("profile") if isinstance(data, dict) else None
+        if isinstance(profile, dict) and "input_modalities" in profile:
+            raise ValueError("input_modalities is the model's (ModelSpec.input_modalities), no longer its profile's: "
+                             "move it up one level; Codex's profile reports it from there")
+        return data
+
+    @model_validator(mode="after")
+    def _reads_text(self) -> "ModelSpec":
+        if "text" not in self.input_modalities:
+            raise ValueError('input_modalities must include "text"')
+        return self
 
     def names(self) -> tuple[str, ...]:
         """The names that reach this base model (its adapters' names are theirs: `served_names`)."""

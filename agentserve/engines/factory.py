@@ -19,5 +19,5 @@ def make_engine(spec: EngineSpec, model: ModelSpec, model_path: Path) -> Engine:
 
     return VllmEngine(
         spec, model_path, context_window=model.context_window, reasoning_markers=markers,
-        adapters=model.adapters, max_lora_rank=model.max_lora_rank,
+        adapters=model.adapters, max_lora_rank=model.max_lora_rank, reads_images="image" in model.input_modalities,
     )

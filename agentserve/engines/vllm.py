@@ -7,6 +7,9 @@ LoRA adapters (vLLM's LoRA support, which runs on the CPU backend too): the mode
 with `add_lora` at start, so a bad adapter fails the replica's start-up with vLLM's reason; `load_adapter` adds one
 at run time. A request names its adapter by id (`EngineRequest.adapter`); only adapters loaded here are ever
 passed to vLLM, as a request with an adapter vLLM cannot load kills its engine core.
+
+A vision model's images (`EngineRequest.images`, checked by the Preprocessor) go in the prompt's
+`multi_modal_data` as PIL images, one per placeholder in the token ids, in order.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from agentserve.config import EngineSpec, LoraAdapterSpec
 from agentserve.ports import free_port
 from agentserve.engines import process_guard
 from agentserve.engines.base import EngineStats, already_loaded, unknown_adapter
+from agentserve.preprocess.images import open_image
 from agentserve.protocol import EngineDelta, EngineRequest, TokenLogprob
 
 logger = logging.getLogger(__name__)
@@ -51,8 +55,11 @@ def engine_args(
     reasoning_markers: tuple[str, str] | None = None,
     adapters: tuple[LoraAdapterSpec, ...] = (),
     max_lora_rank: int = 16,
+    reads_images: bool | None = None,
 ) -> dict[str, Any]:
-    """AsyncEngineArgs fields for a spec; kept separate so configuration tests need no engine."""
+    """AsyncEngineArgs fields for a spec; kept separate so configuration tests need no engine. `reads_images` False
+    (the catalog declares the model text-only): a vision checkpoint runs as its language model alone, without its
+    encoder's memory and start-up profiling (ignored by vLLM for text models); None: left to vLLM."""
     kwargs: dict[str, Any] = {
         "model": str(model_path),
         "tensor_parallel_size": spec.tensor_parallel_size,
@@ -79,6 +86,8 @@ def engine_args(
         # One LoRA slot per declared adapter, so all of them can share a batch; adapters loaded later take turns
         # (vLLM swaps them in by least recent use). engine_kwargs may override, or enable LoRA without adapters.
         kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=len(adapters))
+    if reads_images is False:
+        kwargs["language_model_only"] = True
     kwargs.update(spec.engine_kwargs)
     return kwargs
 
@@ -140,11 +149,12 @@ class VllmEngine:
         reasoning_markers: tuple[str, str] | None = None,
         adapters: tuple[LoraAdapterSpec, ...] = (),
         max_lora_rank: int = 16,
+        reads_images: bool | None = None,
     ) -> None:
         self._kv_ports = (free_port(), free_port()) if spec.kv_events else None
         self._env = engine_env(spec)
         self._kwargs = engine_args(
-            spec, model_path, context_window, self._kv_ports, reasoning_markers, adapters, max_lora_rank
+            spec, model_path, context_window, self._kv_ports, reasoning_markers, adapters, max_lora_rank, reads_images
         )
         self._priority = self._kwargs.get("scheduling_policy") == "priority"
         self._declared = adapters
@@ -279,6 +289,8 @@ class VllmEngine:
             prompt = TokensPrompt(prompt_token_ids=request.token_ids.tolist())
             if request.cache_salt:  # keys the first block's hash, so every block of the prompt (vLLM 0.32)
                 prompt["cache_salt"] = request.cache_salt
+            if request.images:  # vLLM hashes each image into the blocks after it: prefix caching still holds
+                prompt["multi_modal_data"] = {"image": [open_image(data) for data in request.images]}
             stream = self._llm.generate(
                 prompt,
                 self._sampling(request),

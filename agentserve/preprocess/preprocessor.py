@@ -15,6 +15,7 @@ from agentserve.kv_events.block_hash import cache_salt, root
 from agentserve.preprocess import tool_changes
 from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
 from agentserve.preprocess.constrain import check as check_constraint
+from agentserve.preprocess.images import image_bytes, probe_placeholder
 from agentserve.preprocess.incremental import (
     KnownPrompt, PromptMemo, WindowProbe, extend_blocks, new_roles, probe_roles, rebuild, window, window_tail,
 )
@@ -60,6 +61,7 @@ class RenderedPrompt:
     base: str = ""
     tail_from: int | None = None
     known: KnownPrompt | None = None  # the prompt it extends (its block hashes are not computed again)
+    images: tuple[str, ...] = ()  # the images' URLs, in the order of their placeholders in token_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,7 @@ class Preprocessor:
             close_marker=self._policy.think_close.strip(),
         )
         self._literals = LiteralGuard(self._tok)  # special-token text in client content stays text
+        self._image_placeholder = self._image_slot(model)  # None: the model reads no images
         # Where this template takes later system messages and text beside tool results (probed once per template).
         self._placement = placement_for(self._tok.chat_template or "", self._policy.family, self._probe_text)
         # What else decides a rendering: a kept prompt made under another template or setting is not this one's.
@@ -147,6 +150,18 @@ class Preprocessor:
         ).hexdigest()
         added = getattr(self._tok, "added_tokens_decoder", {}) or {}
         self._end_tokens = {i: t.content for i, t in added.items()}  # a kept turn ends with one of these
+
+    def _image_slot(self, model: ModelSpec) -> str | None:
+        """What the template renders for one image, for a model that declares image input: its ModelSpec's, else
+        probed from the template; a vision model whose template has no image slot is refused at start."""
+        if "image" not in model.input_modalities:
+            return None
+        found = model.image_placeholder or probe_placeholder(
+            lambda msgs: self._template.render(msgs, add_generation_prompt=False))
+        if not found:
+            raise ValueError(f"model {model.id!r} declares image input, but its chat template renders no image "
+                             "placeholder for an image content part: set its `image_placeholder`")
+        return found
 
     def _probe_text(self, conversation: Conversation, placement: Placement, add_generation_prompt: bool) -> str:
         """A probe conversation rendered by the template as requests are (thinking as by default)."""
@@ -237,7 +252,7 @@ class Preprocessor:
         conversation, tools, client_kwargs, shield = self._literals.shield(
             conversation, [t.openai_schema() for t in conversation.tools] or None, client_kwargs
         )
-        plan = plan_messages(conversation, self._policy, self._caps, self._placement)
+        plan = plan_messages(conversation, self._policy, self._caps, self._placement, self._image_placeholder)
         kwargs = self._with_defaults(client_kwargs, thinking)
         apply = self._renderer(tools, kwargs)
         if replay is not None and replay.slots and self._kept is not None:
@@ -251,7 +266,9 @@ class Preprocessor:
         ids = packed(self._literals.encode(text, shield))
         # A first turn is a session's root link (its whole prompt); a later one with nothing spliced stores none.
         tail_from = 0 if not any(m.get("role") == "assistant" for m in plan.messages) else None
-        return RenderedPrompt(self._literals.restore(text, shield), ids, plan.reordered_turns, tail_from=tail_from)
+        return RenderedPrompt(
+            self._literals.restore(text, shield), ids, plan.reordered_turns, tail_from=tail_from, images=plan.images
+        )
 
     def _renderer(self, tools: Any, kwargs: dict[str, Any]) -> Callable[[list[dict[str, Any]], bool], str]:
         """render(messages, generation_prompt) under one budget for all of this request's renders."""
@@ -309,7 +326,8 @@ class Preprocessor:
         ids = spliced.token_ids
         base, tail_from = (spliced.base, spliced.base_end) if spliced.base else ("", None)
         return RenderedPrompt(
-            self._literals.restore(text, shield), ids, plan.reordered_turns, spliced, base=base, tail_from=tail_from
+            self._literals.restore(text, shield), ids, plan.reordered_turns, spliced, base=base, tail_from=tail_from,
+            images=plan.images,
         )
 
     def _extend(
@@ -360,7 +378,7 @@ class Preprocessor:
         spliced = Spliced(ids, Counter({"spliced": 1, "extended": 1}), last_rerendered=False, used=[key])
         return RenderedPrompt(
             self._literals.restore(tail, shield), spliced.token_ids, plan.reordered_turns, spliced,
-            base=key, tail_from=prefix, known=known,
+            base=key, tail_from=prefix, known=known, images=plan.images,
         )
 
     def replay_keys(self, request: GenerationRequest, scope: str, adapter: str | None = None) -> ReplayKeys:
@@ -422,6 +440,7 @@ class Preprocessor:
             reasoning_started=reasoning_started,
             structural_tag=self._structural_tag(request, reasoning_started),
             match_text=request.conversation.last_user_text() if self._scripted else "",
+            images=tuple(image_bytes(url, i) for i, url in enumerate(prompt.images)),
         )
         route = RouteRequest.model_construct(
             request_id=request.request_id,

@@ -10,6 +10,9 @@ A turn whose reasoning came after one of its tool calls cannot be put back in or
 What the template's source says (TemplateCaps) also decides the field reasoning goes in (`thinking` for
 gpt-oss), whether each call gets its own message (templates that render only `tool_calls[0]`), and whether
 arguments go in as JSON text (rendered verbatim) or as a mapping (templates that iterate or tojson them).
+A vision model's images are rendered as its template's image placeholder where they stood (one after a tool result
+inside that result), and listed in the order the prompt holds them: the engine reads the i-th for the i-th
+(preprocess/images.py).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class RenderPlan:
     reordered_turns: int  # assistant turns whose interleaving one reasoning field could not keep
     # Per conversation turn, the messages [start, end) it became (an assistant turn may become several).
     turn_spans: tuple[tuple[int, int], ...] = ()
+    images: tuple[str, ...] = ()  # the images' URLs in the order of their placeholders in the prompt
 
 
 def _call(b: ToolCallBlock, caps: TemplateCaps) -> dict[str, Any]:
@@ -138,12 +142,39 @@ def _merge_system(messages: list[dict[str, Any]], text: str, pending: list[str],
         messages.append({"role": "user", "content": text})
 
 
+def _fold_images(blocks: tuple[Any, ...], placeholder: str | None) -> tuple[list[Any], list[str], list[str]]:
+    """A user or tool turn's blocks with each image as its placeholder: inside the tool result it follows, else a
+    text block where it stood; and the images of results and of text apart (results render first)."""
+    out: list[Any] = []
+    in_results: list[str] = []
+    in_text: list[str] = []
+    for b in blocks:
+        if not isinstance(b, ImageBlock):
+            out.append(b)
+            continue
+        if placeholder is None:  # the decoders refuse images for such a model; never rendered as nothing
+            raise RequestError("invalid_request", "this model does not accept image input", param="messages")
+        if out and isinstance(out[-1], ToolResultBlock):
+            out[-1] = out[-1].model_copy(update={"content": out[-1].content + placeholder})
+            in_results.append(b.url)
+        else:
+            out.append(TextBlock(text=placeholder))
+            in_text.append(b.url)
+    return out, in_results, in_text
+
+
 def plan_messages(
-    conversation: Conversation, policy: ReplayPolicy, caps: TemplateCaps, placement: Placement = Placement()
+    conversation: Conversation,
+    policy: ReplayPolicy,
+    caps: TemplateCaps,
+    placement: Placement = Placement(),
+    image_placeholder: str | None = None,
 ) -> RenderPlan:
     """Messages for the template; `placement` is where the template accepts later system messages and text sent
-    beside tool results (preprocess/placement.py probes it)."""
+    beside tool results (preprocess/placement.py probes it); `image_placeholder` what the template renders for an
+    image (None: the model reads none)."""
     messages: list[dict[str, Any]] = []
+    images: list[str] = []
     reordered = 0
     spans: list[tuple[int, int]] = []
     pending: list[str] = []  # merged system text waiting for the next non-assistant message
@@ -167,7 +198,9 @@ def plan_messages(
             continue
         text_parts: list[str] = []
         results: list[str] = []  # templates without a tool role: the results go in one user message
-        for block in turn.blocks:
+        blocks, result_images, text_images = _fold_images(turn.blocks, image_placeholder)
+        images.extend(result_images + text_images)
+        for block in blocks:
             if isinstance(block, ToolResultBlock):
                 content = block.content
                 if block.is_error and not content.lower().startswith("error"):
@@ -178,17 +211,13 @@ def plan_messages(
                     results.append(f"<tool_response>\n{content}\n</tool_response>")
             elif isinstance(block, TextBlock):
                 text_parts.append(block.text)
-            elif isinstance(block, ImageBlock):
-                raise RequestError(
-                    "invalid_request", "this model does not accept image input", param="messages"
-                )
         first = spans[-1][0]
         if results:
             messages.append({"role": "user", "content": "\n".join(results)})
         if pending and len(messages) > first:
             messages[first]["content"] = "\n\n".join([*pending, messages[first]["content"]])
             pending = []
-        only_tool_results = turn.blocks and all(isinstance(b, ToolResultBlock) for b in turn.blocks)
+        only_tool_results = blocks and all(isinstance(b, ToolResultBlock) for b in blocks)
         text = "".join(text_parts)
         if text and len(messages) > first and (placement.text_with_results or not placement.tool_role):
             # Beside tool results, not a new user query: as its own user message a template that keeps only the
@@ -201,4 +230,4 @@ def plan_messages(
             pending = []
             messages.append({"role": role, "content": content})
         spans[-1] = (spans[-1][0], len(messages))
-    return RenderPlan(messages, reordered, tuple(spans))
+    return RenderPlan(messages, reordered, tuple(spans), tuple(images))

@@ -117,6 +117,9 @@ class EngineRequest(BaseModel):
     structural_tag: str | None = None
     # Last user / tool-result text, set only for the scripted test double (what its rules match on).
     match_text: str = ""
+    # A vision model's images, encoded (PNG, JPEG, ...), in the order of their placeholders in token_ids: vLLM's
+    # multi-modal data. Encoded, not decoded: a screenshot crosses the Ray hop as its file, not as its pixels.
+    images: tuple[bytes, ...] = ()
 
     @property
     def prompt_tokens(self) -> int:

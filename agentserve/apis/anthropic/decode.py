@@ -10,6 +10,9 @@
   left out of the prompt.
 - `tool_result` content (string or blocks) and `is_error` reach the prompt; `cache_control` is accepted anywhere
   and ignored (the engine's prefix cache is automatic).
+- Images and documents, in user content and in tool results, become what the model's media policy says
+  (apis/media.py): images for a vision model (a tool result's follow it in the turn), else a 400 naming the block
+  or a fixed placeholder; plain-text documents are text for every model.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from agentserve.apis.anthropic.schema import (
 )
 from agentserve.apis.anthropic.server_tools import call_text, is_server_tool, referenced_tools, result_text
 from agentserve.apis.anthropic.signature import ThinkingSigner
+from agentserve.apis.media import TEXT_ONLY, MediaPolicy
 from agentserve.apis.origin import Origin, Origins
 from agentserve.apis.sampling_caps import ANTHROPIC_MAX_STOP, stop_strings
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
@@ -66,9 +70,6 @@ from agentserve.protocol import (
 from agentserve.protocol.errors import RequestError
 from agentserve.protocol.requests import reasoning_effort
 
-IMAGE_PLACEHOLDER = "[image omitted: this model does not read images]"
-
-
 def _bad(message: str, param: str | None = None) -> RequestError:
     return RequestError("invalid_request", message, param=param)
 
@@ -78,56 +79,69 @@ def _joined_text(parts: list[str]) -> list[Block]:
     return [TextBlock(text=text)] if text else []
 
 
-def _image_url(block: ImageParam, where: str) -> str:
-    src = block.source
-    if src.type == "url" and src.url:
-        return src.url
-    if src.type == "base64" and src.data and src.media_type:
-        return f"data:{src.media_type};base64,{src.data}"
+def _image(source: Any, where: str, media: MediaPolicy) -> ImageBlock | TextBlock:
+    """An image block's source (a user block's, or a raw one inside a tool result) as the media policy has it."""
+    src = source if isinstance(source, dict) else {}
+    if src.get("type") == "url" and isinstance(src.get("url"), str) and src["url"]:
+        return media.image(src["url"], where)
+    if src.get("type") == "base64" and all(isinstance(src.get(k), str) and src[k] for k in ("data", "media_type")):
+        return media.image(f"data:{src['media_type']};base64,{src['data']}", where)
     raise _bad(f"{where}: image source needs `url`, or `media_type` and `data`", where)
 
 
-def _document_text(block: DocumentParam, where: str) -> str:
-    src = block.source
-    if src.get("type") == "text" and isinstance(src.get("data"), str):
+def _document_text(source: Any, where: str, media: MediaPolicy) -> str:
+    """A document's text: its own for plain-text sources; any other (a PDF, a URL, a file) is media no engine here
+    reads, and the policy decides."""
+    src = source if isinstance(source, dict) else {}
+    kind = src.get("type")
+    if kind == "text" and isinstance(src.get("data"), str):
         return src["data"]
-    if src.get("type") == "content" and isinstance(src.get("content"), (str, list)):
+    if kind == "content" and isinstance(src.get("content"), (str, list)):
         content = src["content"]
         if isinstance(content, str):
             return content
-        return "\n".join(c.get("text", "") for c in content if isinstance(c, dict))
-    raise _bad(f"{where}: only plain-text documents are supported by this model", where)
+        return "\n".join(c.get("text", "") for c in content if isinstance(c, dict) and isinstance(c.get("text"), str))
+    if kind == "base64" and isinstance(src.get("media_type"), str):
+        return media.document(f"{src['media_type']} documents", where)
+    return media.document(f"documents of source type '{kind}'" if isinstance(kind, str) else "this document", where)
 
 
-def _tool_result_text(block: ToolResultParam) -> str:
-    if block.content is None:
-        return ""
-    if isinstance(block.content, str):
-        return block.content
-    parts: list[str] = []
-    for item in block.content:
-        kind = item.get("type")
-        if isinstance(item.get("text"), str):
-            parts.append(item["text"])
-        elif kind == "image":
-            parts.append(IMAGE_PLACEHOLDER)
-        elif kind == "tool_reference" and isinstance(item.get("tool_name"), str):
-            parts.append(f"Tool: {item['tool_name']}")
-        elif kind == "document" and isinstance(item.get("source"), dict):
-            src = item["source"]
-            if src.get("type") == "text" and isinstance(src.get("data"), str):
-                parts.append(src["data"])
-    return "\n".join(parts)
+def _tool_result(block: ToolResultParam, where: str, media: MediaPolicy) -> list[Block]:
+    """The result, then the images it carries for a vision model (their place: right after it)."""
+    images: list[Block] = []
+    if block.content is None or isinstance(block.content, str):
+        content = block.content or ""
+    else:
+        parts: list[str] = []
+        for k, item in enumerate(block.content):
+            kind = item.get("type")
+            if isinstance(item.get("text"), str):
+                parts.append(item["text"])
+            elif kind == "image":
+                image = _image(item.get("source"), f"{where}.content.{k}", media)
+                if isinstance(image, TextBlock):
+                    parts.append(image.text)
+                else:
+                    images.append(image)
+            elif kind == "tool_reference" and isinstance(item.get("tool_name"), str):
+                parts.append(f"Tool: {item['tool_name']}")
+            elif kind == "document":
+                parts.append(_document_text(item.get("source"), f"{where}.content.{k}", media))
+        content = "\n".join(parts)
+    result = ToolResultBlock(tool_call_id=block.tool_use_id, content=content, is_error=bool(block.is_error))
+    return [result, *images]
 
 
 class _TurnBuilder:
     """Turns in order; a user message may yield several (a mid_conv_system block splits it in place)."""
 
     def __init__(
-        self, signer: ThinkingSigner | None, caller: str, origins: Origins | None = None, tools: "_Tools | None" = None
+        self, signer: ThinkingSigner | None, caller: str, origins: Origins | None = None, tools: "_Tools | None" = None,
+        media: MediaPolicy = TEXT_ONLY,
     ) -> None:
         self.turns: list[Turn] = []
         self._signer = signer
+        self._media = media
         self._origins = origins if origins is not None else Origins(caller)
         self._tools = tools if tools is not None else _Tools((), {})
 
@@ -158,19 +172,17 @@ class _TurnBuilder:
             if isinstance(block, TextParam):
                 texts.append(block.text)
             elif isinstance(block, DocumentParam):
-                texts.append(_document_text(block, at))
+                texts.append(_document_text(block.source, at, self._media))
             elif isinstance(block, ImageParam):
-                end_text_run()
-                blocks.append(ImageBlock(url=_image_url(block, at)))
+                image = _image(block.source.model_dump(), at, self._media)
+                if isinstance(image, TextBlock):  # a placeholder: text, joined with the text around it
+                    texts.append(image.text)
+                else:
+                    end_text_run()
+                    blocks.append(image)
             elif isinstance(block, ToolResultParam):
                 end_text_run()
-                blocks.append(
-                    ToolResultBlock(
-                        tool_call_id=block.tool_use_id,
-                        content=_tool_result_text(block),
-                        is_error=bool(block.is_error),
-                    )
-                )
+                blocks.extend(_tool_result(block, at, self._media))
             elif isinstance(block, MidConvSystemParam):
                 end_text_run()
                 self._push("user", blocks[:])
@@ -377,6 +389,7 @@ class KnownMessages:
     count: int  # how many of the request's messages
     turns: tuple[Turn, ...]  # the turns they became (after the `system` field's)
     origins: tuple[bytes, bytes]  # Origins.state() after them
+    media: MediaPolicy = TEXT_ONLY  # the policy they were decoded under (another model's may decode them otherwise)
 
 
 def conversation(
@@ -386,17 +399,19 @@ def conversation(
     caller: str,
     origins: Origins | None = None,
     known: KnownMessages | None = None,
+    media: MediaPolicy = TEXT_ONLY,
 ) -> Conversation:
     """The conversation the prompt is rendered from (create and count_tokens share it); thinking verified for
     `caller` (signer None: not verified, for tools that only render). `origins`: the caller's, walked along as the
     turns are built, so `origins.after(turns)` then names the reply's position without a second pass. `known`: the
-    leading messages already decoded (their signatures were verified for this caller at these places)."""
+    leading messages already decoded (their signatures were verified for this caller at these places), taken only if
+    decoded under this `media` policy (the model's: apis/media.py)."""
     origins = origins if origins is not None else Origins(caller)
     tools = _tools(req)
-    builder = _TurnBuilder(signer, caller, origins, tools)
+    builder = _TurnBuilder(signer, caller, origins, tools, media)
     builder.system(_system_texts(req.system))
     start = 0
-    if known is not None:
+    if known is not None and known.media == media:
         builder.turns.extend(known.turns)
         origins.resume(known.origins, len(builder.turns))
         start = known.count
@@ -459,6 +474,7 @@ def decode(
     session_id: str | None = None,
     origins: Origins | None = None,  # see `conversation`
     known: KnownMessages | None = None,  # see `conversation`
+    media: MediaPolicy = TEXT_ONLY,  # the model's images and documents policy (apis/media.py)
 ) -> GenerationRequest:
     _check_thinking_budget(req)
     reject_unapplied(req, UNAPPLIED)
@@ -474,7 +490,7 @@ def decode(
     return GenerationRequest(
         request_id=request_id,
         model=model,
-        conversation=conversation(req, signer, caller=caller, origins=origins, known=known),
+        conversation=conversation(req, signer, caller=caller, origins=origins, known=known, media=media),
         sampling=sampling,
         hints=AgentHints(session_id=session_id or (user_id if isinstance(user_id, str) else None)),
         thinking=thinking_switch(req),

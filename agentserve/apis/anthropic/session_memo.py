@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from agentserve.apis.anthropic.decode import KnownMessages
 from agentserve.apis.anthropic.schema import MessageParam, MessagesRequest
+from agentserve.apis.media import TEXT_ONLY, MediaPolicy
 from agentserve.bytes_lru import BytesLRU
 from agentserve.protocol import Conversation
 from agentserve.protocol.conversation import approx_nbytes
@@ -59,15 +60,17 @@ class MessageMemo:
 
     def remember(
         self, key: tuple[str, str] | None, validated: Validated, conversation: Conversation, lead: int,
-        origins: tuple[bytes, bytes],
+        origins: tuple[bytes, bytes], media: MediaPolicy = TEXT_ONLY,
     ) -> None:
         """Keep the decoded request for the session's next one: `conversation` as decoded (before any stripping),
-        `lead` the turns of its `system` field, `origins` the origin walk after all of it."""
+        `lead` the turns of its `system` field, `origins` the origin walk after all of it, `media` the policy its
+        images and documents were decoded under (the next request's model may have another)."""
         if key is None:
             return
         turns = conversation.turns[lead:]
-        new = turns[len(validated.known.turns):] if validated.known is not None else turns
+        reused = validated.known if validated.known is not None and validated.known.media == media else None
+        new = turns[len(reused.turns):] if reused is not None else turns
         # the JSON, the validated messages and the turns hold the same strings about three times over
-        nbytes = validated.known_nbytes + 3 * approx_nbytes(new)
-        known = KnownMessages(len(validated.raw), turns, origins)
+        nbytes = (validated.known_nbytes if reused is not None else 0) + 3 * approx_nbytes(new)
+        known = KnownMessages(len(validated.raw), turns, origins, media)
         self._previous.put(key, _Previous(validated.raw, list(validated.request.messages), known, nbytes), nbytes)

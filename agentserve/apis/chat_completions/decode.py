@@ -1,10 +1,16 @@
-"""Chat Completions request -> GenerationRequest."""
+"""Chat Completions request -> GenerationRequest.
+
+Image and file parts become what the model's media policy says (apis/media.py), named `messages[i].content[j]`:
+images of user and tool messages reach a vision model (a tool message's follow its result); anything else is
+refused or, where configured, a fixed placeholder.
+"""
 
 from __future__ import annotations
 
 import json
 
-from agentserve.apis.chat_completions.schema import ChatCompletionRequest, ImagePart, Message, TextPart
+from agentserve.apis.chat_completions.schema import ChatCompletionRequest, FilePart, ImagePart, Message, TextPart
+from agentserve.apis.media import TEXT_ONLY, MediaPolicy, file_kind
 from agentserve.apis.sampling_caps import CHAT_MAX_STOP, check_logit_bias_size, stop_strings
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
@@ -26,43 +32,48 @@ from agentserve.protocol.errors import RequestError
 from agentserve.protocol.requests import reasoning_effort
 
 
-def _content_blocks(msg: Message) -> list[TextBlock | ImageBlock]:
+def _content_blocks(msg: Message, index: int, media: MediaPolicy) -> list[TextBlock | ImageBlock]:
     if msg.content is None:
         return []
     if isinstance(msg.content, str):
         return [TextBlock(text=msg.content)] if msg.content else []
     blocks: list[TextBlock | ImageBlock] = []
-    for part in msg.content:
+    for j, part in enumerate(msg.content):
+        at = f"messages[{index}].content[{j}]"
         if isinstance(part, TextPart):
             blocks.append(TextBlock(text=part.text))
         elif isinstance(part, ImagePart):
-            blocks.append(ImageBlock(url=part.image_url.url))
+            blocks.append(media.image(part.image_url.url, at, readable_here=msg.role in ("user", "tool")))
+        elif isinstance(part, FilePart):
+            blocks.append(TextBlock(text=media.document(file_kind(part.file.get("file_data")), at)))
     return blocks
 
 
-def _text(msg: Message) -> str:
-    return "".join(b.text for b in _content_blocks(msg) if isinstance(b, TextBlock))
+def _text(blocks: list[TextBlock | ImageBlock]) -> str:
+    return "".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
-def _turn(msg: Message, index: int) -> Turn:
+def _turn(msg: Message, index: int, media: MediaPolicy) -> Turn:
+    content = _content_blocks(msg, index, media)
     if msg.role in ("system", "developer"):
-        return Turn(role="system", blocks=(TextBlock(text=_text(msg)),))
+        return Turn(role="system", blocks=(TextBlock(text=_text(content)),))
     if msg.role == "user":
-        return Turn(role="user", blocks=tuple(_content_blocks(msg)) or (TextBlock(text=""),))
+        return Turn(role="user", blocks=tuple(content) or (TextBlock(text=""),))
     if msg.role == "tool":
         if not msg.tool_call_id:
             raise RequestError(
                 "invalid_request", "tool messages need tool_call_id", param=f"messages[{index}]"
             )
+        images = [b for b in content if isinstance(b, ImageBlock)]
         return Turn(
             role="tool",
-            blocks=(ToolResultBlock(tool_call_id=msg.tool_call_id, content=_text(msg)),),
+            blocks=(ToolResultBlock(tool_call_id=msg.tool_call_id, content=_text(content)), *images),
         )
     blocks: list = []
     reasoning = msg.reasoning_content or msg.reasoning
     if reasoning:
         blocks.append(ReasoningBlock(text=reasoning))
-    blocks.extend(b for b in _content_blocks(msg) if isinstance(b, TextBlock))
+    blocks.extend(b for b in content if isinstance(b, TextBlock))
     for call in msg.tool_calls or []:
         args = call.function.arguments
         blocks.append(
@@ -146,7 +157,12 @@ def _logprobs(req: ChatCompletionRequest) -> int | None:
 
 
 def decode(
-    req: ChatCompletionRequest, *, request_id: str, model: str, session_id: str | None = None
+    req: ChatCompletionRequest,
+    *,
+    request_id: str,
+    model: str,
+    session_id: str | None = None,
+    media: MediaPolicy = TEXT_ONLY,  # the model's images and documents policy (apis/media.py)
 ) -> GenerationRequest:
     if req.n != 1:
         raise RequestError(
@@ -196,7 +212,7 @@ def decode(
         request_id=request_id,
         model=model,
         conversation=Conversation(
-            turns=tuple(_turn(m, i) for i, m in enumerate(req.messages)),
+            turns=tuple(_turn(m, i, media) for i, m in enumerate(req.messages)),
             tools=tools,
             tool_choice=choice,
             parallel_tool_calls=req.parallel_tool_calls is not False,

@@ -25,7 +25,14 @@ class ImagePart(_Open):
     image_url: ImageURL
 
 
-ContentPart = Union[TextPart, ImagePart]
+class FilePart(_Open):
+    """A file (a PDF as `file_data`, a data URL, or an uploaded `file_id`): no engine here reads one (apis/media.py)."""
+
+    type: Literal["file"]
+    file: dict[str, Any] = Field(default_factory=dict)
+
+
+ContentPart = Union[TextPart, ImagePart, FilePart]
 
 
 class FunctionCall(_Open):

@@ -54,7 +54,7 @@ def model_info(slug: str, model: ModelSpec, *, listed: bool = True) -> dict[str,
         "auto_compact_token_limit": None,
         "effective_context_window_percent": 95,
         "experimental_supported_tools": [],
-        "input_modalities": list(p.input_modalities),
+        "input_modalities": list(model.input_modalities),
         "max_output_tokens": p.max_output_tokens,
         # The Responses WebSocket is served: builds that gate it on the model (not only on the provider's
         # `supports_websockets`, as 0.171 does) read this.

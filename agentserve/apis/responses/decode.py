@@ -9,6 +9,8 @@ without `encrypted_content` carries nothing that proves its `content` or summary
 not rendered as the model's reasoning: it is left out of the prompt, as Anthropic's `redacted_thinking` is
 (a client that did not ask for `reasoning.encrypted_content`, such as Codex without a model profile, sends its
 reasoning items back so; refusing them would end its session).
+`input_image` and `input_file` parts, in messages and in tool outputs, become what the model's media policy says
+(apis/media.py), named `input[i].content[j]` / `input[i].output[j]`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Literal, Sequence
 from pydantic import TypeAdapter
 
 from agentserve.apis.responses import schema as s
+from agentserve.apis.media import TEXT_ONLY, MediaPolicy, file_kind
 from agentserve.apis.origin import Origin, Origins
 from agentserve.apis.responses.sealing import SealedReasoning, SealError, Sealer
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
@@ -162,35 +165,49 @@ def _tool_choice(choice: Any, kinds: dict[str, ToolKind]) -> Any:
     return "required" if choice.get("mode") == "required" and kinds else ("auto" if kinds else "none")
 
 
-def _parts_text(parts: list[Any], where: str) -> tuple[str, list[ImageBlock]]:
+def _parts(parts: list[Any], where: str, media: MediaPolicy, *, readable: bool = True) -> list[TextBlock | ImageBlock]:
+    """Content parts in order, adjacent text joined; `where` names the list (`input[3].content`). `readable`: a
+    place the model may be shown images (user messages, tool outputs)."""
+    out: list[TextBlock | ImageBlock] = []
     texts: list[str] = []
-    images: list[ImageBlock] = []
-    for part in parts:
+    for j, part in enumerate(parts):
+        at = f"{where}[{j}]"
         if isinstance(part, (s.InputText, s.OutputText)):
             texts.append(part.text)
         elif isinstance(part, s.Refusal):
             texts.append(part.refusal)
         elif isinstance(part, s.InputImage):
-            if not part.image_url:
-                raise RequestError("invalid_request", "input_image needs image_url (file_id is not supported)", param=where)
-            images.append(ImageBlock(url=part.image_url))
+            if not part.image_url and media.images:
+                raise RequestError("invalid_request", f"{at}: input_image needs image_url (file_id is not supported)",
+                                   param=at)
+            block = media.image(part.image_url or "", at, readable_here=readable)
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            else:
+                if "".join(texts):
+                    out.append(TextBlock(text="".join(texts)))
+                texts.clear()
+                out.append(block)
+        elif isinstance(part, s.InputFile):
+            texts.append(media.document(file_kind(getattr(part, "file_data", None)), at))
         else:
-            raise RequestError("invalid_request", f"content part '{part.type}' is not supported", param=where)
-    return "".join(texts), images
+            raise RequestError("invalid_request", f"content part '{part.type}' is not supported", param=at)
+    if "".join(texts):
+        out.append(TextBlock(text="".join(texts)))
+    return out
 
 
-def _message_blocks(item: s.MessageItem, where: str) -> list[Any]:
+def _message_blocks(item: s.MessageItem, where: str, media: MediaPolicy) -> list[TextBlock | ImageBlock]:
     if isinstance(item.content, str):
         return [TextBlock(text=item.content)]
-    text, images = _parts_text(item.content, where)
-    blocks: list[Any] = [TextBlock(text=text)] if text or not images else []
-    return blocks + images
+    return _parts(item.content, f"{where}.content", media, readable=item.role == "user") or [TextBlock(text="")]
 
 
 class _Decoder:
-    def __init__(self, sealer: Sealer, model: str, caller: str) -> None:
+    def __init__(self, sealer: Sealer, model: str, caller: str, media: MediaPolicy = TEXT_ONLY) -> None:
         self._sealer = sealer
         self._model = model
+        self._media = media
         self._origins = Origins(caller)
         self.turns: list[Turn] = []
         self._assistant: list[Any] = []
@@ -215,9 +232,10 @@ class _Decoder:
         if isinstance(output, str):
             self._results.append(ToolResultBlock(tool_call_id=call_id, content=output))
             return
-        text, images = _parts_text(output, where)
+        blocks = _parts(output, f"{where}.output", self._media)
+        text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
         self._results.append(ToolResultBlock(tool_call_id=call_id, content=text))
-        self._results.extend(images)
+        self._results.extend(b for b in blocks if isinstance(b, ImageBlock))  # right after the result they came in
 
     def origin(self) -> Origin:
         """Where reasoning added now stands (what it is sealed for): after the turns so far, results included."""
@@ -243,13 +261,13 @@ class _Decoder:
     def add(self, item: Any, where: str) -> None:
         if isinstance(item, s.MessageItem):
             if item.role == "assistant":
-                for block in _message_blocks(item, where):
+                for block in _message_blocks(item, where, self._media):
                     if isinstance(block, TextBlock):
                         self._assistant_block(block)
                 return
             self._flush()
             role = "system" if item.role in ("system", "developer") else "user"
-            self.turns.append(Turn(role=role, blocks=tuple(_message_blocks(item, where))))
+            self.turns.append(Turn(role=role, blocks=tuple(_message_blocks(item, where, self._media))))
         elif isinstance(item, s.ReasoningItem):
             text = self.reasoning_text(item, where)
             if text:
@@ -344,11 +362,12 @@ def decode(
     caller: str,
     history: list[Any] = (),  # type: ignore[assignment]  # items of previous_response_id, oldest first
     session_id: str | None = None,
+    media: MediaPolicy = TEXT_ONLY,  # the model's images and documents policy (apis/media.py)
 ) -> Decoded:
     if req.background:
         raise RequestError("invalid_request", "background responses are not supported", param="background")
     _reject_unapplied(req)
-    decoder = _Decoder(sealer, model, caller)
+    decoder = _Decoder(sealer, model, caller, media)
     if req.instructions:
         decoder.turns.append(Turn(role="system", blocks=(TextBlock(text=req.instructions),)))
     for i, item in enumerate(history):

@@ -19,6 +19,7 @@ from agentserve.apis.anthropic import models as anthropic_models
 from agentserve.apis.anthropic.decode import system_turns
 from agentserve.apis.anthropic.session_memo import MessageMemo
 from agentserve.apis.anthropic.encode import PING, MessageEncoder, error_frame, message_id, sse, tool_use_id
+from agentserve.apis.media import MediaPolicy
 from agentserve.apis.origin import Origin, Origins
 from agentserve.config import ModelSpec
 from agentserve.preprocess.preamble import strip_anthropic_preamble
@@ -161,6 +162,7 @@ class AnthropicMessagesHandler:
         body = validated.request
         served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
         origins = Origins(caller)
+        media = MediaPolicy.of(served.model)
         gen = anthropic.decode(
             body,
             request_id=self._ctx.request_id(),
@@ -170,9 +172,10 @@ class AnthropicMessagesHandler:
             session_id=session,
             origins=origins,
             known=validated.known,
+            media=media,
         )
         origin = origins.after(gen.conversation.turns)  # the decode walked them: nothing left to hash
-        self._messages.remember(memo_key, validated, gen.conversation, system_turns(body), origins.state())
+        self._messages.remember(memo_key, validated, gen.conversation, system_turns(body), origins.state(), media)
         gen = gen.model_copy(update={"conversation": self._strip(gen.conversation, "messages")})
         gen = self._ctx.authorized_hints(with_lineage(with_hints(gen, request.headers, body), lineage))
         # tool_choice any/tool is passed to the template but cannot be forced on the engine: see HARNESSES.md.
@@ -202,7 +205,10 @@ class AnthropicMessagesHandler:
             body = await self._body(request, anthropic.CountTokensRequest)
             served = await self._ctx.lookup(body.model)
             model_name = served.id
-            conversation = self._strip(anthropic.conversation(body, self._signer, caller=caller_scope()), "count_tokens")
+            conversation = anthropic.conversation(
+                body, self._signer, caller=caller_scope(), media=MediaPolicy.of(served.model)
+            )
+            conversation = self._strip(conversation, "count_tokens")
             count = await self._count(conversation, anthropic.thinking_switch(body), served.model.id)
             return JSONResponse({"input_tokens": count})
         except RequestError as err:

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import Request
 
 from agentserve.apis import chat_completions
+from agentserve.apis.media import MediaPolicy
 from agentserve.apis.chat_completions.encode import DONE, ChatEncoder
 from agentserve.protocol import Preprocessed
 from agentserve.protocol.errors import RequestError
@@ -80,7 +81,9 @@ class ChatCompletionsApi:
         served = await self._ctx.lookup(body.model)  # a catalog model, or a LoRA adapter of one
         rid = self._ctx.request_id()
         lineage = read_lineage(request.headers, body)
-        gen = chat_completions.decode(body, request_id=rid, model=served.id, session_id=lineage.session)
+        gen = chat_completions.decode(
+            body, request_id=rid, model=served.id, session_id=lineage.session, media=MediaPolicy.of(served.model)
+        )
         gen = self._ctx.authorized_hints(with_lineage(with_hints(gen, request.headers, body), lineage))
         options = ParseOptions(
             tools=[t.openai_schema() for t in gen.conversation.tools],

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 
 from agentserve import metrics
 from agentserve.apis import responses
+from agentserve.apis.media import MediaPolicy
 from agentserve.apis.responses.schema import MessageItem
 from agentserve.apis.responses.store import ResponseStore, StoredResponse
 from agentserve.config import ModelSpec
@@ -168,6 +169,7 @@ class ResponsesHandler:
             caller=owner,
             history=history,
             session_id=lineage.session,
+            media=MediaPolicy.of(model),
         )
         if "codex" in headers.get("originator", "") + headers.get("user-agent", "").lower():
             # What Codex resolved for this model shows in what it sends (see docs/HARNESSES.md).

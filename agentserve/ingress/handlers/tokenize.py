@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from agentserve.apis import chat_completions
+from agentserve.apis.media import MediaPolicy
 from agentserve.apis.tokenize import DetokenizeRequest, TokenizeRequest, detokenize_body, tokenize_body
 from agentserve.ingress.context import IngressContext
 from agentserve.ingress.http import describe_validation, parse_body
@@ -40,7 +41,7 @@ class TokenizeHandler:
                 )
             except ValidationError as exc:  # neither `prompt` nor valid `messages`
                 raise RequestError("invalid_request", describe_validation(exc.errors())) from exc
-            gen = chat_completions.decode(chat, request_id="tokenize", model=model.id)
+            gen = chat_completions.decode(chat, request_id="tokenize", model=model.id, media=MediaPolicy.of(model))
             packed_ids = await ctx.preprocessor.render_tokens.remote(
                 gen.conversation, dict(body.chat_template_kwargs or {}), body.add_generation_prompt, None, model.id
             )

@@ -110,7 +110,7 @@ def test_sampling_and_session():
         ({"model": "m", "input": [{"role": "user", "content": "x"}, {"type": "reasoning", "encrypted_content": "zz"}]}, "input[1].encrypted_content"),
         ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
         ({"model": "m", "input": "x", "background": True}, "background"),
-        ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0]"),
+        ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0]"),
     ],
 )
 def test_invalid_requests_name_the_parameter(body, param):
