@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the agent harness CLIs the e2e tests drive, project-locally into .harness/ (never globally).
-# Pinned versions; idempotent: a package already installed at its pinned version is skipped.
+# Pinned versions; idempotent: a package already installed at its pinned version is skipped. HARNESS_LATEST=1 takes
+# the registry's newest version of each instead (with HARNESS_DIR=.harness-latest: `make test-harness-latest`).
 # Add a harness by adding one "name@version" line to PACKAGES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,10 @@ installed_version() {  # prints the installed version of package $1, or nothing
 missing=()
 for spec in "${PACKAGES[@]}"; do
   name="${spec%@*}" version="${spec##*@}"
+  if [ "${HARNESS_LATEST:-0}" = 1 ]; then
+    newest=$(npm view "$name" version 2>/dev/null | tail -1) && [ -n "$newest" ] && version=$newest
+    spec="$name@$version"
+  fi
   [ "$(installed_version "$name")" = "$version" ] || missing+=("$spec")
 done
 if [ ${#missing[@]} -gt 0 ]; then

