@@ -439,8 +439,13 @@ def parallel_tool_use(req: CountTokensRequest) -> bool:
     return not getattr(req.tool_choice, "disable_parallel_tool_use", None)
 
 
-def _check_thinking_budget(req: MessagesRequest) -> None:
+def _check_thinking_budget(req: MessagesRequest, reasons: bool) -> None:
+    """`enabled` asks for a reasoning budget: a model that cannot reason cannot honour it, and saying so beats a silent
+    answer without thinking (`adaptive` leaves it to the model, so it is served either way)."""
     if isinstance(req.thinking, ThinkingEnabled):
+        if not reasons:
+            raise _bad(f"thinking.type 'enabled' cannot be honoured: model '{req.model}' does not reason; send "
+                       "'adaptive' or leave `thinking` out", "thinking")
         if req.thinking.budget_tokens < 1024:
             raise _bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
                        "thinking.budget_tokens")
@@ -475,8 +480,9 @@ def decode(
     origins: Origins | None = None,  # see `conversation`
     known: KnownMessages | None = None,  # see `conversation`
     media: MediaPolicy = TEXT_ONLY,  # the model's images and documents policy (apis/media.py)
+    reasons: bool = True,  # the model writes reasoning (it has a reasoning parser)
 ) -> GenerationRequest:
-    _check_thinking_budget(req)
+    _check_thinking_budget(req, reasons)
     reject_unapplied(req, UNAPPLIED)
     user_id = (req.metadata or {}).get("user_id")
     sampling = SamplingParams(

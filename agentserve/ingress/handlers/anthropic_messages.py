@@ -173,6 +173,7 @@ class AnthropicMessagesHandler:
             origins=origins,
             known=validated.known,
             media=media,
+            reasons=served.model.reasoning_parser is not None,
         )
         origin = origins.after(gen.conversation.turns)  # the decode walked them: nothing left to hash
         self._messages.remember(memo_key, validated, gen.conversation, system_turns(body), origins.state(), media)

@@ -102,6 +102,24 @@ def test_semantic_errors_are_invalid_request(body, fragment):
     assert exc.value.kind == "invalid_request" and fragment in exc.value.message
 
 
+def test_a_model_that_does_not_reason_refuses_a_thinking_budget_and_serves_adaptive():
+    """`enabled` with a budget cannot be honoured without reasoning: a 400 naming `thinking`, not a silent answer
+    without it; `adaptive` (what Claude Code sends a model it does not know) leaves it to the model: served."""
+    def on_plain_model(thinking: dict):
+        req = anthropic.MessagesRequest.model_validate(
+            {"model": "m", "max_tokens": 4096, "messages": [{"role": "user", "content": "x"}], "thinking": thinking,
+             "output_config": {"effort": "high"}})
+        return anthropic.decode(req, request_id="r", model="m", signer=SIGNER, caller=CALLER, reasons=False)
+
+    with pytest.raises(RequestError) as exc:
+        on_plain_model({"type": "enabled", "budget_tokens": 2048})
+    assert exc.value.param == "thinking" and "does not reason" in exc.value.message
+    assert anthropic_errors.status(exc.value) == 400
+    adaptive = on_plain_model({"type": "adaptive"})
+    assert adaptive.thinking is True and adaptive.reasoning_effort == "high"
+    assert on_plain_model({"type": "disabled"}).thinking is False
+
+
 VALID = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5000), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
 json_value = st.recursive(json_leaf, lambda inner: st.one_of(
