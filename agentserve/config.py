@@ -45,7 +45,11 @@ class ModelProfile(_Strict):
     )
     supports_parallel_tool_calls: bool = True
     shell_type: Literal["default", "local", "unified_exec", "disabled", "shell_command"] = "shell_command"
-    apply_patch_tool_type: Literal["freeform", "function"] | None = "freeform"
+    # How Codex offers apply_patch: "freeform" (a custom tool under its Lark grammar, which agentserve constrains
+    # decoding to), "function" (a JSON function tool), None (none: Codex patches through its shell tool). "auto":
+    # freeform where the model's tool-call format can be constrained (preprocess/constrain.py), else function: an
+    # unconstrained freeform tool is the one local models loop on ("Invalid patch") or give up for `sed`.
+    apply_patch_tool_type: Literal["auto", "freeform", "function"] | None = "auto"
     base_instructions: str = (
         "You are a coding agent running in the Codex CLI. Use the tools to inspect and change the "
         "workspace, keep answers short, and finish with a brief summary of what you did."
@@ -141,6 +145,27 @@ class ModelSpec(_Strict):
         if "text" not in self.input_modalities:
             raise ValueError('input_modalities must include "text"')
         return self
+
+    @model_validator(mode="after")
+    def _freeform_needs_constraints(self) -> "ModelSpec":
+        if self.profile.apply_patch_tool_type == "freeform" and not self._constrainable():
+            raise ValueError(
+                f"profile.apply_patch_tool_type freeform needs a tool-call format agentserve can constrain to the patch "
+                f"grammar; {self.tool_call_parser!r} is not one: use function (or auto)"
+            )
+        return self
+
+    def _constrainable(self) -> bool:
+        from agentserve.preprocess.constrain import CALL_FORMATS  # the formats calls can be constrained in
+
+        return self.tool_call_parser in CALL_FORMATS
+
+    def apply_patch_tool_type(self) -> Literal["freeform", "function"] | None:
+        """What Codex's model profile says (`auto` resolved for this model's tool-call format)."""
+        kind = self.profile.apply_patch_tool_type
+        if kind == "auto":
+            return "freeform" if self._constrainable() else "function"
+        return kind
 
     def names(self) -> tuple[str, ...]:
         """The names that reach this base model (its adapters' names are theirs: `served_names`)."""

@@ -5,6 +5,9 @@ checks its replies against the same tag. Reasoning stays free: the tag opens wit
 (required when the prompt already opened it, optional otherwise) and the constraint starts after its end marker.
 Tool calls are written in the configured tool-call parser's format, so the parsers read constrained calls exactly
 as free ones; a format with no entry in CALL_FORMATS cannot be constrained, and a request that needs it is a 400.
+A freeform tool with a grammar (Codex's `apply_patch`) is constrained to it once the model opens a call to it, even
+under free tool choice: its one string argument is held to the grammar's sentences, JSON-escaped
+(preprocess/freeform.py); text and other calls stay free. A grammar that cannot be translated leaves that tool free.
 """
 
 from __future__ import annotations
@@ -12,12 +15,16 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from agentserve.protocol import Conversation, NamedToolChoice, OutputFormat, ToolSpec
+from agentserve.preprocess.freeform import Untranslatable, json_string_ebnf
+from agentserve.protocol import FREEFORM_ARGUMENT, Conversation, NamedToolChoice, OutputFormat, ToolSpec
 from agentserve.protocol.errors import RequestError
+
+logger = logging.getLogger(__name__)
 
 Tag = dict[str, Any]
 
@@ -25,14 +32,14 @@ Tag = dict[str, Any]
 @dataclass(frozen=True)
 class CallFormat:
     trigger: str  # the text every call starts with
-    tag: Callable[[str, dict[str, Any]], Tag]  # (tool name, arguments schema) -> one call's tag
+    tag: Callable[[str, Tag], Tag]  # (tool name, what its arguments must be) -> one call's tag
 
 
-def _hermes(name: str, schema: dict[str, Any]) -> Tag:
+def _hermes(name: str, arguments: Tag) -> Tag:
     return {
         "type": "tag",
         "begin": '<tool_call>\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": ',
-        "content": {"type": "json_schema", "json_schema": schema},
+        "content": arguments,
         "end": "}\n</tool_call>",
     }
 
@@ -61,9 +68,36 @@ def _reasoning(m: ReasoningMarkers) -> list[Tag]:
     return [block if m.mode == "open" else {"type": "optional", "content": block}, _GAP]
 
 
-def _calls(fmt: CallFormat, tools: tuple[ToolSpec, ...], *, schema_of, only_one: bool = False) -> Tag:
+def _freeform(tool: ToolSpec) -> Tag | None:
+    """A freeform tool's arguments held to its grammar: `{"input": "<a sentence, JSON-escaped>"}`, written as
+    apis/responses/decode.py's custom_tool_arguments writes it (None: no grammar, or one that cannot be translated)."""
+    if tool.grammar is None:
+        return None
+    try:
+        ebnf = json_string_ebnf(tool.grammar.syntax, tool.grammar.definition)
+    except Untranslatable as exc:
+        logger.warning("freeform tool %r is served unconstrained: its %s grammar uses %s", tool.name,
+                       tool.grammar.syntax, exc)
+        return None
+    return {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "{" + json.dumps(FREEFORM_ARGUMENT) + ': "'},
+        {"type": "grammar", "grammar": ebnf},
+        {"type": "const_string", "value": '"}'},
+    ]}
+
+
+def _arguments(tool: ToolSpec, *, schema: bool) -> Tag:
+    """What a call's arguments must be: a freeform tool's grammar, else its schema (`schema`, or a strict tool), else
+    any JSON object."""
+    freeform = _freeform(tool)
+    if freeform is not None:
+        return freeform
+    return {"type": "json_schema", "json_schema": tool.parameters if schema or tool.strict else _ANY_OBJECT}
+
+
+def _calls(fmt: CallFormat, tools: tuple[ToolSpec, ...], *, schema: bool, only_one: bool = False) -> Tag:
     """One call (`only_one`) or one or more calls, nothing else; calls may be separated by a newline or two."""
-    tags = [fmt.tag(t.name, schema_of(t)) for t in tools]
+    tags = [fmt.tag(t.name, _arguments(t, schema=schema)) for t in tools]
     one = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
     if only_one:
         return one
@@ -98,28 +132,29 @@ def structural_tag(
     """The structural tag this request's output must match, or None when nothing constrains it."""
     tools, choice = conversation.tools_in_force(), conversation.tool_choice
     strict = any(t.strict for t in tools)
+    # Freeform grammars bind only where calls can be constrained; elsewhere those tools stay free, as before.
+    freeform = tool_call_parser in CALL_FORMATS and any(_freeform(t) is not None for t in tools)
     body: Tag | None = None
     if tools and isinstance(choice, NamedToolChoice):
         fmt = _call_format(tool_call_parser, "tool_choice naming a tool", tool_choice_param)
         named = tuple(t for t in tools if t.name == choice.name)
-        body = _calls(fmt, named, schema_of=lambda t: t.parameters, only_one=True)
+        body = _calls(fmt, named, schema=True, only_one=True)
     elif tools and choice == "required":
         fmt = _call_format(tool_call_parser, "tool_choice requiring a call", tool_choice_param)
-        body = _calls(fmt, tools, schema_of=lambda t: t.parameters, only_one=not conversation.parallel_tool_calls)
+        body = _calls(fmt, tools, schema=True, only_one=not conversation.parallel_tool_calls)
     elif tools and choice == "none":
         fmt = CALL_FORMATS.get(tool_call_parser or "")
         if output_format is not None:
             body = _output(output_format)
         elif fmt is not None:
             body = {"type": "any_text", "excludes": [fmt.trigger]}
-    elif tools and (strict or output_format is not None):  # auto
+    elif tools and (strict or freeform or output_format is not None):  # auto
         fmt = _call_format(tool_call_parser, "strict tools" if strict else "an output format with tools", "tools")
-        schema_of = lambda t: t.parameters if t.strict else _ANY_OBJECT  # noqa: E731
         if output_format is not None:
-            calls = _calls(fmt, tools, schema_of=schema_of, only_one=not conversation.parallel_tool_calls)
+            calls = _calls(fmt, tools, schema=False, only_one=not conversation.parallel_tool_calls)
             body = {"type": "or", "elements": [calls, _output(output_format)]}
         else:
-            tags = [fmt.tag(t.name, schema_of(t)) for t in tools]
+            tags = [fmt.tag(t.name, _arguments(t, schema=False)) for t in tools]
             body = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags}
     elif output_format is not None:
         body = _output(output_format)

@@ -15,6 +15,19 @@ class _Block(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+FREEFORM_ARGUMENT = "input"  # a freeform tool's call carries its raw input as this one string argument
+
+
+class ToolGrammar(BaseModel):
+    """The language a freeform tool's input must be a sentence of (a Responses `custom` tool's `format`): the call is
+    constrained to it while decoding (preprocess/constrain.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
 class ToolSpec(BaseModel):
     """A function the model may call; `parameters` is its JSON schema."""
 
@@ -24,6 +37,8 @@ class ToolSpec(BaseModel):
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False  # arguments are constrained to `parameters` while decoding
+    # A freeform tool: its one string argument FREEFORM_ARGUMENT is a sentence of this grammar (None: a function).
+    grammar: ToolGrammar | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}

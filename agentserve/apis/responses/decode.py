@@ -27,6 +27,7 @@ from agentserve.apis.origin import Origin, Origins
 from agentserve.apis.responses.sealing import SealedReasoning, SealError, Sealer
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
 from agentserve.protocol import (
+    FREEFORM_ARGUMENT,
     AgentHints,
     Conversation,
     GenerationRequest,
@@ -37,6 +38,7 @@ from agentserve.protocol import (
     SamplingParams,
     TextBlock,
     ToolCallBlock,
+    ToolGrammar,
     ToolResultBlock,
     ToolSpec,
     Turn,
@@ -76,8 +78,10 @@ def qualified_name(namespace: str | None, name: str) -> str:
 
 
 def custom_tool_arguments(tool_input: str) -> str:
-    """How a custom (freeform) tool call's input is rendered as hermes JSON arguments, and parsed back."""
-    return json.dumps({"input": tool_input}, ensure_ascii=False)
+    """How a custom (freeform) tool call's input is rendered as hermes JSON arguments, and parsed back. The exact
+    form (json.dumps, non-ASCII kept) is also what a grammar-constrained call is written in (preprocess/freeform.py),
+    so a replayed call is the text the model generated."""
+    return json.dumps({FREEFORM_ARGUMENT: tool_input}, ensure_ascii=False)
 
 
 def custom_tool_input(arguments: str) -> str:
@@ -85,24 +89,30 @@ def custom_tool_input(arguments: str) -> str:
         value = json.loads(arguments)
     except ValueError:
         return arguments
-    if isinstance(value, dict) and isinstance(value.get("input"), str) and len(value) == 1:
-        return value["input"]
+    if isinstance(value, dict) and isinstance(value.get(FREEFORM_ARGUMENT), str) and len(value) == 1:
+        return value[FREEFORM_ARGUMENT]
     return arguments
 
 
 def _custom_spec(tool: s.CustomTool) -> ToolSpec:
+    """A function with one string argument; a `grammar` format (lark or regex) constrains that string while decoding,
+    and stays in the description, which tells the model the language it is held to."""
     desc = tool.description or ""
     fmt = tool.format
+    grammar = None
     if fmt is not None and fmt.type == "grammar" and fmt.definition:
         desc += f"\n\nThe input must match this {fmt.syntax or 'lark'} grammar:\n{fmt.definition}"
+        if (fmt.syntax or "lark") in ("lark", "regex"):
+            grammar = ToolGrammar(syntax=fmt.syntax or "lark", definition=fmt.definition)
     return ToolSpec(
         name=tool.name,
         description=desc.strip() or None,
         parameters={
             "type": "object",
-            "properties": {"input": {"type": "string", "description": "the raw freeform input"}},
-            "required": ["input"],
+            "properties": {FREEFORM_ARGUMENT: {"type": "string", "description": "the raw freeform input"}},
+            "required": [FREEFORM_ARGUMENT],
         },
+        grammar=grammar,
     )
 
 

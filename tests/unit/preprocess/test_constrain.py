@@ -8,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentserve.engines.scripted import _accepts, _grammar_compiler
 from agentserve.parsers import StreamParser
 from agentserve.parsers.events import ToolCallEnd, ToolCallStart
 from agentserve.preprocess.constrain import ReasoningMarkers, structural_tag
@@ -23,16 +22,6 @@ SCHEMA = {
 }
 TOOLS = (ToolSpec(name="get_weather", parameters=SCHEMA), ToolSpec(name="get_time", parameters={"type": "object"}))
 OPTIONAL = ReasoningMarkers("optional")
-
-
-@pytest.fixture(scope="module")
-def grammar(tokenizer):
-    compile_tag = _grammar_compiler(tokenizer)
-
-    def accepts(tag: str, text: str) -> bool:
-        return _accepts(compile_tag(tag), tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id)
-
-    return accepts
 
 
 def _conv(choice, tools=TOOLS) -> Conversation:
