@@ -59,6 +59,8 @@ _ALL = (
     Benchmark("router", "router_sim", "simulated multi-turn agent sessions over 4-64 replicas", "nothing"),
     Benchmark("router-vllm", "router_vllm", "kv routing vs round-robin on 2 real vLLM replicas", "graph (vLLM x2)"),
     Benchmark("normalize", "normalize", "tool-order normalization and prefix reuse", "nothing"),
+    Benchmark("tool-addition", "tool_addition", "a tool added mid-session: in place vs folded into the tool list",
+              "nothing"),
     Benchmark("load-test", "load_test", "reliability under load, faults and disconnects", "graph (scripted, config)"),
     Benchmark("page-faults", "page_faults", "how fast this machine backs fresh anonymous memory", "nothing"),
     Benchmark("dashboard", "dashboard", "render the Grafana dashboard's panels from a local run (docs/dashboard.png)",
