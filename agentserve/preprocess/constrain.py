@@ -13,6 +13,7 @@ under free tool choice: its one string argument is held to the grammar's sentenc
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import logging
@@ -76,14 +77,19 @@ def _freeform(tool: ToolSpec) -> Tag | None:
     try:
         ebnf = json_string_ebnf(tool.grammar.syntax, tool.grammar.definition)
     except Untranslatable as exc:
-        logger.warning("freeform tool %r is served unconstrained: its %s grammar uses %s", tool.name,
-                       tool.grammar.syntax, exc)
+        _unconstrained(tool.name, tool.grammar.syntax, str(exc))
         return None
     return {"type": "sequence", "elements": [
         {"type": "const_string", "value": "{" + json.dumps(FREEFORM_ARGUMENT) + ': "'},
         {"type": "grammar", "grammar": ebnf},
         {"type": "const_string", "value": '"}'},
     ]}
+
+
+@functools.lru_cache(maxsize=256)
+def _unconstrained(name: str, syntax: str, reason: str) -> None:
+    """Said once, not at every turn of the session that sends the tool."""
+    logger.warning("freeform tool %r is served unconstrained: its %s grammar uses %s", name, syntax, reason)
 
 
 def _arguments(tool: ToolSpec, *, schema: bool) -> Tag:

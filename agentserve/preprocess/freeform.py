@@ -9,7 +9,9 @@ template writes when the call is replayed, token for token.
 
 Lark is read with the `lark` package (vLLM's own dependency, which compiles EBNF sugar into plain rules and `%import`s
 into terminals); regexes with Python's regex parser. xgrammar reads Lark too (`Grammar.from_lark`), but only as raw
-text, and the structural tag's `grammar` content takes EBNF: hence this translation. Lark's lexer (longest match,
+text, and the structural tag's `grammar` content takes EBNF: hence this translation. llguidance (vLLM's `guidance`
+backend) reads Lark natively, but it would constrain the raw text too, and the rest of the tag (tool choice,
+reasoning, strict tools) is written in xgrammar's structural-tag format, one backend per engine. Lark's lexer (longest match,
 priorities) is read as a plain context-free grammar over characters, which accepts the same patches; features that
 change the language beyond that (`%ignore`, lookarounds, anchors, backreferences) are refused with a reason, and
 the tool is then served unconstrained.
