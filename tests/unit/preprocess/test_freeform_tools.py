@@ -171,12 +171,26 @@ def patches(draw) -> str:
     return "*** Begin Patch\n" + "".join(hunks) + "*** End Patch" + draw(st.sampled_from(["", "\n"]))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(patch=patches())
 def test_any_patch_of_the_grammar_round_trips(grammar, patch):
     text = _call("apply_patch", patch)
     assert grammar(_tag(CODEX_TOOLS), text)
     assert _read_back(text, CODEX_TOOLS) == [("apply_patch", patch)]
+
+
+REGEXES = [r".*", r"[^x\"]+", r"(?s).{0,5}", r"\w+ \d*", r'(a|"|\\)+\t?', r"[\x00-\x1f]*é"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(regex=st.sampled_from(REGEXES),
+       text=st.text(st.one_of(CHARS, st.sampled_from('\n\t\\"x\x00\x1fé')), max_size=8))
+def test_a_regex_tool_accepts_exactly_its_sentences(grammar, regex, text):
+    """Escaping is folded into every character set: the call is accepted exactly when the regex matches the text."""
+    import re
+
+    tool = _custom("r", {"type": "grammar", "syntax": "regex", "definition": regex})
+    assert grammar(_tag([tool]), _call("r", text)) == bool(re.fullmatch(regex, text))
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +224,15 @@ def test_a_scripted_engine_cannot_escape_the_patch_grammar(preprocessor, model_p
     ids = [t for d in _generate(engine, request) for t in d.token_ids]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     assert _read_back(text, CODEX_TOOLS) == [("apply_patch", PATCH)]
+
+
+def test_a_replayed_patch_call_is_the_text_the_grammar_let_the_model_write(preprocessor, tokenizer):
+    history = [{"role": "user", "content": "edit"},
+               {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": PATCH},
+               {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"}]
+    request = preprocessor.preprocess(_request(CODEX_TOOLS, input=history)).engine
+    prompt = tokenizer.decode(list(request.token_ids), skip_special_tokens=False)
+    assert _call("apply_patch", PATCH) in prompt
 
 
 def test_the_vllm_engine_hands_vllm_the_patch_grammar(preprocessor):
