@@ -212,9 +212,8 @@ def _lark(definition: str) -> str:
         alternatives.setdefault(rule.origin.name, []).append(" ".join(symbols) or '""')
     lines += [f"r_{name} ::= " + " | ".join(alts) for name, alts in alternatives.items()]
     for t in terminals:
-        p = t.pattern
-        flags = sum(getattr(re, f.upper()) for f in p.flags)
-        body = _escaped(p.value) if isinstance(p, PatternStr) and not flags else _regex(p.to_regexp())
+        p = t.pattern  # a string without flags is one literal; anything else as the regex Lark would lex it with
+        body = _escaped(p.value) if isinstance(p, PatternStr) and not p.flags else _regex(p.to_regexp())
         lines.append(f"t_{t.name} ::= {body}")
     return "\n".join(lines)
 
