@@ -12,18 +12,16 @@ its API spells it (`messages.2.content.1`, `input[3].content[0]`), what goes int
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from agentserve.config import ModelSpec
+from agentserve.preprocess.images import is_inline
 from agentserve.protocol import ImageBlock, TextBlock
 from agentserve.protocol.errors import RequestError
 
 IMAGE_PLACEHOLDER = "[image omitted: this model does not read images]"
 DOCUMENT_PLACEHOLDER = "[document omitted: this model does not read this document type]"
-
-_DATA_URL = re.compile(r"data:(image/[A-Za-z0-9.+-]+);base64,", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +43,11 @@ class MediaPolicy:
             return TextBlock(text=self.omitted_image(where))
         if not readable_here:
             raise _bad(where, "images are read in user messages and tool results only")
-        if not _DATA_URL.match(url):
-            what = "a remote image URL" if url.startswith(("http://", "https://")) else "this image URL"
-            raise _bad(where, f"{what} is not fetched by this server; send the image inline as base64 "
-                              "(a data:image/...;base64 URL)")
+        if url.startswith(("http://", "https://")):
+            raise _bad(where, "a remote image URL is not fetched by this server; send the image inline as base64")
+        if not is_inline(url):
+            raise _bad(where, "an image must be inline: base64 data with an image/* media type "
+                              "(data:image/...;base64,...)")
         return ImageBlock(url=url)
 
     def omitted_image(self, where: str) -> str:

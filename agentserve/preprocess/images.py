@@ -38,6 +38,11 @@ def probe_placeholder(render: Callable[[list[dict[str, Any]]], str]) -> str | No
     return between
 
 
+def is_inline(url: str) -> bool:
+    """An image the request carries itself (`data:image/...;base64,`): the only kind served (nothing is fetched)."""
+    return _DATA_URL.match(url) is not None
+
+
 def image_bytes(url: str, index: int) -> bytes:
     """The encoded image a data URL carries (decoders let only `data:image/...;base64,` through), checked to be one
     Pillow can read, so a bad image is a 400 here and never an engine failure."""

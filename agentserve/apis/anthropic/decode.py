@@ -86,7 +86,7 @@ def _image(source: Any, where: str, media: MediaPolicy) -> ImageBlock | TextBloc
         return media.image(src["url"], where)
     if src.get("type") == "base64" and all(isinstance(src.get(k), str) and src[k] for k in ("data", "media_type")):
         return media.image(f"data:{src['media_type']};base64,{src['data']}", where)
-    raise _bad(f"{where}: image source needs `url`, or `media_type` and `data`", where)
+    return media.image("", where)  # a source without an image in it (a Files API id, ...): no image to show
 
 
 def _document_text(source: Any, where: str, media: MediaPolicy) -> str:

@@ -129,6 +129,12 @@ def test_a_vision_model_gets_images_in_place_and_after_the_result_they_came_in()
     remote = [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]}]
     err = refused(anthropic_decode, remote, VISION)
     assert err.param == "messages.0.content.0" and "not fetched" in err.message
+    # an image whose source holds none (a Files API id inside a tool result): refused by a vision model, a
+    # placeholder where placeholders are asked for
+    by_id = [CLAUDE_CODE[3], {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+        {"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}]}]
+    assert refused(anthropic_decode, by_id, VISION).param == "messages.1.content.0.content.0"
+    assert anthropic_decode(by_id, LENIENT).conversation.turns[1].blocks[0].content == IMAGE_PLACEHOLDER
 
 
 def test_responses_names_input_content_and_tool_output_parts():

@@ -54,4 +54,5 @@ def test_a_text_only_declaration_runs_a_vision_checkpoint_as_its_language_model(
 
     vision = make_engine(spec, ModelSpec(input_modalities=("text", "image")), Path("/m"))
     text = make_engine(spec, ModelSpec(), Path("/m"))
-    assert "language_model_only" not in vision._kwargs and text._kwargs["language_model_only"] is True  # type: ignore[attr-defined]
+    assert "language_model_only" not in vision._kwargs  # type: ignore[attr-defined]
+    assert text._kwargs["language_model_only"] is True  # type: ignore[attr-defined]

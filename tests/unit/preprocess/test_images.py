@@ -68,7 +68,8 @@ def _request(spec: ModelSpec, messages: list[dict]) -> GenerationRequest:
 
 def test_a_vision_model_gets_its_images_in_the_order_of_their_placeholders(model_path):
     # SmolLM2's template has no image slot: the ModelSpec names the placeholder (a real vision template's is probed)
-    spec = ModelSpec(replay_family="agentserve_default", input_modalities=("text", "image"), image_placeholder="<image>")
+    spec = ModelSpec(replay_family="agentserve_default", input_modalities=("text", "image"),
+                     image_placeholder="<image>")
     pre = Preprocessor(spec, str(model_path), 16)
     (red, red_block), (green, green_block), (blue, blue_block) = (
         _png((255, 0, 0)), _png((0, 255, 0)), _png((0, 0, 255), (5, 5)))
