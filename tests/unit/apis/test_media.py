@@ -182,6 +182,29 @@ def test_chat_names_message_content_parts():
     assert refused(chat_decode, remote, VISION).param == "messages[0].content[0]"
 
 
+def test_a_session_that_switches_model_is_decoded_under_the_new_models_policy():
+    """The Messages session memo reuses a session's decoded turns only under the policy they were decoded under."""
+    from agentserve.apis.anthropic.decode import system_turns
+    from agentserve.apis.anthropic.session_memo import MessageMemo
+
+    memo = MessageMemo(1 << 20)
+
+    def through(messages: list[dict[str, Any]], media: MediaPolicy):
+        validated = memo.validate({"model": "m", "max_tokens": 64, "messages": messages}, ("c", "s1"))
+        gen = anthropic.decode(validated.request, request_id="r", model="m", signer=None, caller="c",
+                               known=validated.known, media=media)
+        memo.remember(("c", "s1"), validated, gen.conversation, system_turns(validated.request), (b"", b""), media)
+        return gen.conversation
+
+    history = CLAUDE_CODE[:3]
+    assert IMAGE_PLACEHOLDER in through(history, LENIENT).turns[2].text()
+    more = [*history, {"role": "assistant", "content": "A terminal."}, {"role": "user", "content": "And now?"}]
+    assert refused(through, more, TEXT).param == "messages.2.content.1"  # not the placeholder decoded before
+    assert through(more, VISION).turns[2].blocks[-1] == ImageBlock(url=DATA_URL)
+    assert IMAGE_PLACEHOLDER in through([*more, {"role": "assistant", "content": "ok"},
+                                         {"role": "user", "content": "bye"}], LENIENT).turns[2].text()
+
+
 def test_the_codex_profile_reports_the_models_modalities():
     assert model_info("m", ModelSpec())["input_modalities"] == ["text"]
     assert model_info("m", ModelSpec(input_modalities=("text", "image")))["input_modalities"] == ["text", "image"]
