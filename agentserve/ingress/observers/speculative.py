@@ -50,15 +50,17 @@ def prefill_request(
     hints: AgentHints,
     adapter: str | None = None,
     cache_salt: str | None = None,
+    images: tuple[bytes, ...] = (),
 ) -> Preprocessed:
     """A one-token request whose only job is to leave `token_ids` in the replica's prefix cache (under `adapter`,
-    in the turn's cache partition `cache_salt`: the next turn is looked up there)."""
+    in the turn's cache partition `cache_salt`: the next turn is looked up there). `images`: the turn's (a vision
+    model's), which the next turn's prompt starts with too: vLLM keys the blocks after each image by it."""
     rid = f"{request_id}-spec"
     hints = hints.model_copy(update={"speculative_prefill": False, "osl": 1})
     return Preprocessed(
         engine=EngineRequest(
             request_id=rid, model=model, adapter=adapter, cache_salt=cache_salt, token_ids=token_ids,
-            sampling=SamplingParams(max_tokens=1, temperature=0.0), max_tokens=1,
+            sampling=SamplingParams(max_tokens=1, temperature=0.0), max_tokens=1, images=images,
         ),
         route=RouteRequest(
             request_id=rid, model=model, block_hashes=block_hashes(token_ids, block_size, adapter, cache_salt),
@@ -120,7 +122,7 @@ class SpeculativePrefill:
                 )
             spec = prefill_request(
                 engine.request_id, engine.model, ids, self._block_size[ended.model], request.hints, engine.adapter,
-                engine.cache_salt,
+                engine.cache_salt, engine.images,
             )
             await self._path.prefill(request, ended.model, spec, replica)
         except Exception:

@@ -127,3 +127,14 @@ def test_placeholder_mode_serves_the_turn_and_shows_the_model_the_placeholder(le
         r = lenient.post(path, body)
         assert r.status_code == 200, r.text
         assert lenient.prompt_text().count(IMAGE_PLACEHOLDER) == 1
+
+
+def test_a_speculative_prefill_carries_the_turns_images():
+    """The next turn's prompt starts with this turn's images: its prefill sends them, or vLLM would cache blocks
+    no later request of the session matches (it keys the blocks after an image by the image)."""
+    from agentserve.ingress.observers.speculative import prefill_request
+    from agentserve.protocol import AgentHints
+
+    spec = prefill_request("r", MODEL_ID, [1, 2, 3], 16, AgentHints(), images=(b"png-1", b"png-2"))
+    assert spec.engine.images == (b"png-1", b"png-2") and spec.engine.max_tokens == 1
+    assert prefill_request("r", MODEL_ID, [1, 2, 3], 16, AgentHints()).engine.images == ()
