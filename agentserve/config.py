@@ -233,6 +233,9 @@ class RouterSpec(_Strict):
     """The KV-aware router (agentserve/routing): cost weights, index mode, admission limits."""
 
     policy: Literal["kv", "approx", "least_loaded", "round_robin"] = "kv"  # kv falls back to approx per replica without events
+    # Router replicas, each with the whole prefix index (serve/deployments/router_calls.py): 2+ leaves no single
+    # Router to lose. A serve config's `deployments: [{name: Router, num_replicas: N}]` still overrides it.
+    replicas: int = Field(default=1, ge=1)
     # Weight of prefill work (uncached + pending prompt tokens) against active KV blocks. Dynamo's default is 1;
     # with long agent prompts that lets decode blocks swamp the cache term (see docs/BENCHMARKS.md, router).
     overlap_weight: float = Field(default=16.0, ge=0)

@@ -184,7 +184,7 @@ def serve_config(v: K8sValues, base: dict[str, Any] | None = None) -> dict[str, 
     _cpu_deployment(deployments["Ingress"], v.ingress, v.drain_timeout_s)
     _cpu_deployment(deployments["Preprocessor"], v.preprocessor, 30)
     router = deployments["Router"]
-    router["num_replicas"] = 1  # routing state is in memory: one router, restarted by Serve if it dies
+    router["num_replicas"] = v.router_replicas  # each holds the whole index: several leave no single Router
     router["ray_actor_options"] = {"num_cpus": 1, "resources": {CPU_RESOURCE: 0.001}}
     if v.models:
         engine = deployments.pop("Engine", None) or {"name": "Engine"}

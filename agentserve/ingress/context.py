@@ -45,7 +45,7 @@ class IngressContext:
         """Add the Router's run-time adapters this replica's catalog lacks; how many were new (0 while the Router
         is unreachable: the catalog answers from what it knows)."""
         try:
-            runtime: tuple[ModelAdapters, ...] = await self.path.router.adapters.remote()
+            runtime: tuple[ModelAdapters, ...] = await self.path.routers.to_primary("adapters", None, False)
         except Exception:
             logger.warning("could not fetch run-time LoRA adapters from the router", exc_info=True)
             return 0

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Protocol, Sequence, TypeVar
 
+from ray.exceptions import RayActorError
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -43,12 +44,14 @@ from agentserve.protocol import (
     Conversation, EngineDelta, GenerationRequest, Preprocessed, RouteDecision, SessionAffinity, caller_session,
 )
 from agentserve.protocol.errors import RequestError
+from agentserve.serve.deployments.router_calls import RouterCalls
 
 logger = logging.getLogger("ray.serve")
 
 C = TypeVar("C", covariant=True)
 
 _NO_TURNS = Conversation(turns=())  # a request whose conversation crosses as a delta beside it
+ROUTE_ATTEMPTS = 2  # a Router replica dying under a route call: once more, on another (serve/deployments/router_calls.py)
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class RequestPath:
         self.args = args
         self.preprocessor = preprocessor
         self.router = router
+        self.routers = RouterCalls(router)  # calls for one Router replica, or for every one
         self.engines = {model: h.options(stream=True) for model, h in engines.items()}
         self.unary_engines = dict(engines)  # per model, for calls that answer once (the admin route's loads)
         self.tokenizers = dict(tokenizers)
@@ -144,11 +148,15 @@ class RequestPath:
     def tokenizer_for(self, model: str) -> Any:
         return self.tokenizers[model]
 
-    def release(self, request_id: str, model: str) -> None:
-        """Tell the router this request's lease is free. Sent from outside the request's Serve context: a handle
-        call made in the context of a request Serve is cancelling (the client left) is a child request, and Serve
-        cancels it with its parent before it is ever sent."""
-        contextvars.Context().run(self.router.release.remote, request_id, model)
+    def release(self, request_id: str, model: str, router_id: str | None = None) -> None:
+        """Tell the Router replica that leased this request (`router_id`; None: not known, so every one) that its
+        lease is free. Sent from outside the request's Serve context: a handle call made in the context of a
+        request Serve is cancelling (the client left) is a child request, and Serve cancels it with its parent
+        before it is ever sent."""
+        if router_id is not None:
+            contextvars.Context().run(self.routers.to, router_id, "release", request_id, model)
+        else:
+            contextvars.Context().run(self.routers.each_nowait, "release", request_id, model)
 
     def release_after(self, route_call: Any, request_id: str, model: str) -> None:
         """Release a lease whose routing call this ingress stopped waiting for (client gone, router died), once
@@ -259,18 +267,27 @@ class RequestLifecycle:
             if session and self.request.hints.kind != "compaction"
             else None
         )
-        route_call = self._path.router.route.remote(pre.route)
-        try:
-            self.route = await route_call
-        except RequestError:  # refused (saturated): nothing was leased
-            if check is not None:
-                check.cancel()
-            raise
-        except BaseException:  # cancelled (client gone) or the router died: it may lease before or after we left
-            if check is not None:
-                check.cancel()
-            self._path.release_after(route_call, self.id, self.model_id)
-            raise
+        affinity = SessionAffinity(key=pre.route.session_key) if pre.route.session_key else None
+        for attempt in range(ROUTE_ATTEMPTS):
+            route_call = self._path.router.route.remote(pre.route, affinity)  # a session's placements: one Router
+            try:
+                self.route = await route_call
+                break
+            except RequestError:  # refused (saturated): nothing was leased
+                if check is not None:
+                    check.cancel()
+                raise
+            except RayActorError:  # that Router replica died: its leases died with it; Serve now skips it
+                logger.warning("router replica lost while routing %s (attempt %d)", self.id, attempt + 1)
+                if attempt + 1 == ROUTE_ATTEMPTS:
+                    if check is not None:
+                        check.cancel()
+                    raise
+            except BaseException:  # cancelled (client gone): the router may lease before or after we left
+                if check is not None:
+                    check.cancel()
+                self._path.release_after(route_call, self.id, self.model_id)
+                raise
         observe_route(self.route, time.perf_counter() - routing, self.model_id)
         if check is not None:
             self.report = await check.report(REPORT_WAIT_S)
@@ -285,7 +302,8 @@ class RequestLifecycle:
         """Admission for a request prepared in the ingress (speculative prefill), pinned to `replica`: False when
         that replica is saturated or gone (nothing was leased)."""
         self.pre = prepared
-        route_call = self._path.router.route_to.remote(prepared.route, replica)
+        affinity = SessionAffinity(key=prepared.route.session_key) if prepared.route.session_key else None
+        route_call = self._path.router.route_to.remote(prepared.route, replica, affinity)
         try:
             self.route = await route_call
         except BaseException:
@@ -335,7 +353,7 @@ class RequestLifecycle:
         if not self._path.engine_died(exc):
             return EngineDelta(token_ids=[], finish_reason="error", error=f"engine failure: {type(exc).__name__}")
         if self.route is not None and self.route.replica_id is not None:
-            self._path.router.replica_failed.remote(self.route.replica_id)
+            self._path.routers.each_nowait("replica_failed", self.route.replica_id)
         # What the client can act on: the turn is lost with its replica, another replica serves the retry.
         return EngineDelta(token_ids=[], finish_reason="error",
                            error="the engine replica serving this request was lost; retry the request")
@@ -498,7 +516,7 @@ class RequestLifecycle:
             self._stream.cancel()  # the turn did not end: abort the engine request (a finished one ends itself)
         if not self._ended_normally and self.route is not None:
             # The engine reports its own ends; this covers requests it may never have seen.
-            self._path.release(self.id, self.model_id)
+            self._path.release(self.id, self.model_id, self.route.router_id)
         if self.state is not None:
             for wait in self._emit():  # an end not reached in the stream (client gone, failure): nothing to wait for
                 if asyncio.isfuture(wait) or inspect.iscoroutine(wait):

@@ -10,6 +10,8 @@ Where each crosses:
   EngineReplicaStats   Engine replica's stats -> tests and benchmarks (a call pinned to each replica)
   RouterStats          Router.stats -> tests and benchmarks, with a ReplicaStats per engine replica and a
                        ModelRouterStats per catalog model
+  RouterTarget         beside any call to the Router that must reach one Router replica (every replica's copy of
+                       an engine's signals; a release to the Router that leased): serve/deployments/router_calls.py
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentserve.config import LoraAdapterSpec
+
+
+@dataclass(frozen=True, slots=True)
+class RouterTarget:
+    """The Router replica a call is for (its Serve replica unique id)."""
+
+    replica_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,7 @@ class RouterStats:
     calls: dict[str, int]  # Router calls by method (benchmarks count calls per request)
     events: dict[str, int]  # the KV event subscriber's counters ({} without KV events)
     models: dict[str, ModelRouterStats]
+    router_id: str = ""  # the Router replica that answered
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data, for benchmark records."""

@@ -192,12 +192,13 @@ class RouteDecision(BaseModel):
     replica_id: str | None  # Ray Serve replica unique id; None = let Serve pick
     overlap_blocks: int = 0
     reason: Literal["least_loaded", "prefix", "affinity", "only_replica", "no_replica"] = "least_loaded"
+    router_id: str | None = None  # the Router replica that leased it (its release goes there)
 
 
 class SessionAffinity(BaseModel):
-    """The session a Preprocessor call belongs to (`caller_session`'s key), read by the Preprocessor deployment's
-    request router (serve/deployments/session_affinity.py): a session's calls go to one replica, whose memos of
-    it are warm, from every Ingress replica."""
+    """The session a Preprocessor or Router call belongs to (`caller_session`'s key), read by those deployments'
+    request routers (serve/deployments/session_affinity.py, router_calls.py): a session's calls go to one replica,
+    whose memos and placements of it are warm, from every Ingress replica."""
 
     model_config = ConfigDict(frozen=True)
 

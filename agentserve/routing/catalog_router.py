@@ -100,9 +100,10 @@ class CatalogRouter:
             router.report(first_tokens, finished)
 
     def renew(self, replica: str, request_ids: Iterable[str]) -> None:
+        """`request_ids`: every request the replica runs (its heartbeat)."""
         router = self.for_replica(replica)
         if router is not None:
-            router.renew(request_ids)
+            router.renew(request_ids, replica)
 
     def release(self, request_id: str, model: str | None = None) -> None:
         """A lease the ingress gives back; without the model, every model's router forgets the id (a no-op where

@@ -62,7 +62,7 @@ class KvRouter:
         ttl = cfg.approx_ttl_s if learned_only else cfg.provisional_ttl_s
         self._learned = ApproxIndex(ttl_s=ttl, max_blocks=cfg.approx_max_blocks, clock=clock)
         self._indexes = PrefixIndexes(reported=self._events.index, learned=self._learned)
-        self._load = LoadTracker()
+        self._load = LoadTracker(foreign_blocks=request_blocks(0, None, 1 << 30, cfg.cost))
         self._replicas: dict[str, _Replica] = {}
         self._sessions = SessionTable(resident_s=cfg.resident_s, max_sessions=cfg.max_sessions)
         self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
@@ -188,9 +188,13 @@ class KvRouter:
             self._load.release(rid)
         self._pump()
 
-    def renew(self, request_ids: Iterable[str]) -> None:
-        """The serving replica still runs these requests: extend their leases."""
-        self._load.renew(request_ids, self._clock() + self.cfg.lease_s)
+    def renew(self, request_ids: Iterable[str], replica: str | None = None) -> None:
+        """The serving replica still runs these requests (all it runs, when `replica` names it): extend their leases,
+        and count those another Router replica leased in its load."""
+        ids = list(request_ids)
+        self._load.renew(ids, self._clock() + self.cfg.lease_s)
+        if replica is not None:
+            self._load.running(replica, ids)
 
     def sweep_leases(self, *, force: bool = False) -> list[str]:
         """Release leases nobody renewed in time (checked at most once a second)."""

@@ -6,6 +6,10 @@ token, and its KV blocks (prompt plus expected output: the `osl` hint, else a de
 Each routed request is a lease with an expiry, not a counter: whoever serves it (the engine replica)
 renews it while the request lives, and a lease nobody renews lapses. So an ingress that died, a client
 that left between admission and the engine, or a lost release message cannot hold a slot for ever.
+
+With several Router replicas each leases only what it routed; the requests a replica runs that another Router
+leased (its heartbeat lists every request it runs) count in its load too, as many requests of the size this
+Router's own leases there have on average (heartbeat-fresh, never on a request's path).
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ class _Totals:
     prefill_tokens: int = 0
     active_blocks: float = 0.0
     requests: set[str] = field(default_factory=set)
+    foreign: int = 0  # requests it runs that another Router replica leased
 
 
 class LoadTracker:
-    def __init__(self) -> None:
+    def __init__(self, foreign_blocks: float = 0.0) -> None:
         self._active: dict[str, _Active] = {}
         self._replicas: dict[str, _Totals] = {}
+        self._foreign_blocks = foreign_blocks  # a foreign request's KV blocks where this Router has no lease to go by
 
     def add_replica(self, replica: str) -> None:
         self._replicas.setdefault(replica, _Totals())
@@ -60,7 +66,16 @@ class LoadTracker:
         t = self._replicas.get(replica)
         if t is None:
             return ReplicaLoad()
-        return ReplicaLoad(t.in_flight, t.prefill_tokens, t.active_blocks)
+        if not t.foreign:
+            return ReplicaLoad(t.in_flight, t.prefill_tokens, t.active_blocks)
+        each = t.active_blocks / t.in_flight if t.in_flight else self._foreign_blocks
+        return ReplicaLoad(t.in_flight + t.foreign, t.prefill_tokens, t.active_blocks + t.foreign * each)
+
+    def running(self, replica: str, request_ids: Iterable[str]) -> None:
+        """What the replica runs now (its heartbeat): those this tracker did not lease are another Router's."""
+        t = self._replicas.get(replica)
+        if t is not None:
+            t.foreign = sum(1 for rid in request_ids if rid not in t.requests)
 
     def replica_of(self, request_id: str) -> str | None:
         a = self._active.get(request_id)

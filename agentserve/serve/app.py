@@ -65,7 +65,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
         given = parsed if secret else without_credentials(parsed, state=state)
         return given.model_dump(mode="json")
 
-    router = RouterReplica.bind(config(), catalog)
+    router = RouterReplica.options(num_replicas=parsed.router.replicas).bind(config(), catalog)
     engines = {}
     for model, name in zip(resolved.models, resolved.engine_deployments, strict=True):
         engine = resolved.engine(model.id)

@@ -52,15 +52,15 @@ class AdapterAdmin:
             )
         model, spec = served.model.id, body.spec()
         spec = spec.model_copy(update={"path": adapter_path(self._ctx.args.admin.adapter_root, spec.path)})
-        router = self._ctx.path.router
-        await router.claim_adapter.remote(model, spec)  # RequestError if a name is served already
+        routers = self._ctx.path.routers  # the bookkeeping is the primary Router replica's
+        await routers.to_primary("claim_adapter", model, spec)  # RequestError if a name is served already
         done: dict[str, list[str]] = {}
         try:
             done = await self._load_everywhere(model, spec)
         except BaseException:
-            await router.release_adapter.remote(model, spec.id)
+            await routers.to_primary("release_adapter", model, spec.id)
             raise
-        await router.commit_adapter.remote(model, spec.id)
+        await routers.to_primary("commit_adapter", model, spec.id)
         # A replica that registered while the loads ran had already fetched the list (with this load pending);
         # one more pass catches any that registered just before the commit.
         for rid, adapters in (await self._load_on_new(model, spec, set(done))).items():

@@ -21,6 +21,7 @@ from agentserve.engines import make_engine
 from agentserve.protocol import EngineDelta, EngineRequest, RouteDecision
 from agentserve.protocol.cluster import AdapterLoadResult, EngineReplicaStats, ModelAdapters, ReplicaRegistration
 from agentserve.serve.autoscaling import PrefillTracker
+from agentserve.serve.deployments.router_calls import RouterCalls
 from agentserve.serve.handles import on_this_process
 from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
@@ -35,8 +36,8 @@ class RouterSignals:
     """Batches this replica's request signals for the router: one call carries many requests' first tokens and
     ends, off every request's critical path. The running set renews the requests' leases on each heartbeat."""
 
-    def __init__(self, router: DeploymentHandle, replica_id: str) -> None:
-        self._router = router
+    def __init__(self, routers: RouterCalls, replica_id: str) -> None:
+        self._routers = routers
         self._replica = replica_id
         self._first: list[str] = []
         self._finished: list[str] = []
@@ -69,10 +70,7 @@ class RouterSignals:
             return
         first, self._first = self._first, []
         finished, self._finished = self._finished, []
-        try:
-            self._router.report.remote(self._replica, first, finished)
-        except Exception:  # the router is restarting: its leases lapse on their own
-            logger.warning("router report failed", exc_info=True)
+        self._routers.each_nowait("report", self._replica, first, finished)  # every Router: each holds some leases
 
 
 def merge(deltas: list[EngineDelta]) -> EngineDelta:
@@ -111,12 +109,12 @@ class EngineReplica:
         self._engine = make_engine(self._spec, self._model, self._model.resolve_path())
         await self._engine.start()
         self._replica_id = serve.get_replica_context().replica_id.unique_id
-        self._router = on_this_process(router)
-        self._signals = RouterSignals(self._router, self._replica_id)
+        self._routers = RouterCalls(on_this_process(router))
+        self._signals = RouterSignals(self._routers, self._replica_id)
         self._kv_endpoints = self._kv_endpoints_of_engine()
         await self._load_runtime_adapters()  # before registering: no adapter request reaches a replica without it
         await self._warm_start()  # before registering too: the Router sends nothing until the sessions are warm
-        await self._router.register.remote(self._replica_id, self._registration_info())
+        await self._register_everywhere()
         self._heartbeat = asyncio.create_task(self._report_forever())
         freeze_startup_heap()
         logger.info("engine replica %s of %s ready (%s)", self._replica_id, self._model.id, self._spec.kind)
@@ -126,7 +124,10 @@ class EngineReplica:
         a replica added by scale-up or a restart serves them too. One that fails to load is logged, not fatal: the
         replica still serves the base model and every other adapter."""
         try:
-            runtime: tuple[ModelAdapters, ...] = await self._router.adapters.remote(self._model.id, True)
+            primary = self._routers.primary()
+            runtime: tuple[ModelAdapters, ...] = await self._routers.to(
+                primary and primary.replica_id, "adapters", self._model.id, True
+            )
         except Exception:  # the router is restarting: it has forgotten run-time adapters anyway
             logger.warning("could not fetch run-time LoRA adapters from the router", exc_info=True)
             return
@@ -139,9 +140,12 @@ class EngineReplica:
                                exc_info=True)  # fmt: skip
 
     async def _warm_start(self) -> None:
-        """Prefill the sessions that were live before this replica (serve/warm_start.py); never fatal."""
+        """Prefill the sessions that were live before this replica (serve/warm_start.py); never fatal. Not for a
+        model that reads images: the kept prompts hold the images' placeholders without the images."""
         spec = self._args.warm_start
         if not spec.enabled or spec.max_sessions == 0 or not self._args.kept_turns.enabled:
+            return
+        if "image" in self._model.input_modalities:
             return
         from agentserve.serve.warm_start import warm_start
         from agentserve.state.kept_turns import open_kept_turns
@@ -181,15 +185,27 @@ class EngineReplica:
         host = ray.util.get_node_ip_address()
         return f"tcp://{host}:{ports[0]}", f"tcp://{host}:{ports[1]}"
 
+    async def _register_everywhere(self) -> None:
+        """Join every Router replica's index. The first call may reach only one (this process's handle learns the
+        Router replicas with it): then once more to each, which re-registering at start costs nothing."""
+        answers = await self._routers.each("register", self._replica_id, self._registration_info(), timeout_s=None)
+        for failure in (a for a in answers.values() if isinstance(a, BaseException)):
+            raise failure
+        if None in answers and self._routers.members():
+            await self._routers.each("register", self._replica_id, self._registration_info(), timeout_s=None)
+
     async def _report_forever(self) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            try:
-                known = await self._router.heartbeat.remote(self._replica_id, list(self._signals.running))
-                if known is False:  # the router restarted: join its index again
-                    await self._router.register.remote(self._replica_id, self._registration_info())
-            except Exception:  # the router restarting must not kill the engine
-                logger.warning("router heartbeat failed", exc_info=True)
+            answers = await self._routers.each("heartbeat", self._replica_id, list(self._signals.running))
+            for router, known in answers.items():
+                try:
+                    if isinstance(known, BaseException):  # a Router restarting must not kill the engine
+                        raise known
+                    if known is False:  # that Router (re)started: join its index
+                        await self._routers.to(router, "register", self._replica_id, self._registration_info())
+                except Exception:
+                    logger.warning("router heartbeat to %s failed", router, exc_info=True)
 
     async def generate(
         self, request: EngineRequest, route: RouteDecision | None = None
@@ -313,7 +329,7 @@ class EngineReplica:
             # milliseconds; when the whole app is deleted the router stops beside this replica and never answers,
             # so the wait is short (a missed deregistration is the heartbeat timeout's, as for a killed replica).
             try:
-                await asyncio.wait_for(self._router.deregister.remote(self._replica_id), timeout=0.5)
+                await asyncio.wait_for(self._routers.each("deregister", self._replica_id), timeout=0.5)
             except Exception:
                 pass
         engine = getattr(self, "_engine", None)

@@ -1,9 +1,13 @@
 """Router deployment: picks the engine replica for each preprocessed request (agentserve.routing.KvRouter).
 
-One replica serves every catalog model, with a prefix index, load view and admission queue per model
+Each replica serves every catalog model, with a prefix index, load view and admission queue per model
 (agentserve.routing.CatalogRouter): an engine replica registers under its model, a request is routed among its
 model's replicas only. It holds the indexes in memory; it subscribes to each engine replica's KV event publisher as
-the replica registers, and relearns everything from registrations and events after a restart.
+the replica registers, and relearns everything from registrations and events after a restart. There may be several
+replicas, each with the whole picture (serve/deployments/router_calls.py: engines signal every Router replica, a
+session's route calls go to one): a Router replica's death costs the sessions it placed one re-placement, on the same
+index, and no stream (streams never pass through a Router). Methods that a caller addresses to one replica take a
+trailing `RouterTarget`, read by the request router and ignored here.
 Engine replicas that Serve adds or removes (autoscaling, the dashboard) register and deregister
 themselves; ones that die stop heartbeating, are reported by the ingress, and leave the index.
 """
@@ -16,10 +20,11 @@ from collections import Counter
 from typing import Any
 
 from ray import serve
+from ray.serve.config import RequestRouterConfig
 
 from agentserve.config import LoraAdapterSpec, ResolvedCatalog, ServeArgs
-from agentserve.protocol import RouteDecision, RouteRequest
-from agentserve.protocol.cluster import ModelAdapters, ReplicaRegistration, RouterStats
+from agentserve.protocol import RouteDecision, RouteRequest, SessionAffinity
+from agentserve.protocol.cluster import ModelAdapters, ReplicaRegistration, RouterStats, RouterTarget
 from agentserve.routing.catalog_router import CatalogRouter
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import RouterConfig
@@ -57,7 +62,15 @@ def router_config(args: ServeArgs, block_size: int) -> RouterConfig:
 
 
 # Access logs off: every engine replica heartbeats and reports here.
-@serve.deployment(name="Router", num_replicas=1, max_ongoing_requests=4096, logging_config={"enable_access_log": False})
+@serve.deployment(
+    name="Router",
+    num_replicas=1,
+    max_ongoing_requests=4096,
+    logging_config={"enable_access_log": False},
+    request_router_config=RequestRouterConfig(
+        request_router_class="agentserve.serve.deployments.router_calls:RouterCallRouter"
+    ),
+)
 class RouterReplica:
     """Nothing here runs on a timer: KV events wake the loop when they arrive, leases lapse when looked at
     (on routing, reports and heartbeats), so an idle router costs nothing."""
@@ -76,6 +89,7 @@ class RouterReplica:
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
         self._adapters = RuntimeAdapters(resolved.models, max_runtime=self._args.admin.max_runtime_adapters)  # LoRA adapters loaded at run time, per model
+        self._id = serve.get_replica_context().replica_id.unique_id  # in each decision: its release comes here
         freeze_startup_heap()
 
     def _bind_loop(self) -> None:
@@ -117,7 +131,7 @@ class RouterReplica:
         logger.info("engine replica %s left the router index (%s)", replica, why)
 
     # -- engine replicas -------------------------------------------------------
-    async def register(self, replica_id: str, info: ReplicaRegistration) -> None:
+    async def register(self, replica_id: str, info: ReplicaRegistration, target: RouterTarget | None = None) -> None:
         self._bind_loop()
         endpoint = info.kv_endpoint
         events = self._subscriber is not None and endpoint is not None
@@ -133,62 +147,76 @@ class RouterReplica:
             replica_id, self._router.model_of(replica_id), endpoint or "approximate index",
         )
 
-    async def heartbeat(self, replica_id: str, running: list[str] | None = None) -> bool:
-        """Liveness plus lease renewal for the requests the replica still runs. False: unknown replica
-        (the router restarted), which should register again."""
+    async def heartbeat(
+        self, replica_id: str, running: list[str] | None = None, target: RouterTarget | None = None
+    ) -> bool:
+        """Liveness plus lease renewal for the requests the replica still runs (all of them: those another Router
+        replica leased count in its load here). False: unknown replica (the router restarted), which should
+        register again."""
         self._bind_loop()
         self._calls["heartbeat"] += 1
         known = self._router.heartbeat(replica_id)
-        if known and running:
-            self._router.renew(replica_id, running)
+        if known:
+            self._router.renew(replica_id, running or ())
         self._housekeeping()
         return known
 
-    async def report(self, replica_id: str, first_tokens: list[str], finished: list[str]) -> None:
+    async def report(
+        self, replica_id: str, first_tokens: list[str], finished: list[str], target: RouterTarget | None = None
+    ) -> None:
         """An engine replica's batched request signals (first token, ended): never on a request's critical path."""
         self._calls["report"] += 1
         self._router.report(replica_id, first_tokens, finished)
 
-    async def deregister(self, replica_id: str) -> None:
+    async def deregister(self, replica_id: str, target: RouterTarget | None = None) -> None:
         self._router.remove(replica_id)
         self._forget(replica_id, "deregistered")
 
-    async def replica_failed(self, replica_id: str) -> None:
+    async def replica_failed(self, replica_id: str, target: RouterTarget | None = None) -> None:
         """The ingress saw this replica's actor die under a stream: stop routing to it now."""
         if replica_id in self._router.replicas():
             self._router.remove(replica_id)
             self._forget(replica_id, "actor died")
 
     # -- LoRA adapters loaded at run time (agentserve.serve.adapter_registry) -----------------------------
-    async def claim_adapter(self, model: str, adapter: LoraAdapterSpec) -> None:
+    async def claim_adapter(self, model: str, adapter: LoraAdapterSpec, target: RouterTarget | None = None) -> None:
         """Reserve a run-time adapter's names before its load (RequestError if one is served already)."""
         self._adapters.claim(model, adapter)
 
-    async def commit_adapter(self, model: str, adapter_id: str) -> None:
+    async def commit_adapter(self, model: str, adapter_id: str, target: RouterTarget | None = None) -> None:
         self._adapters.commit(model, adapter_id)
         logger.info("LoRA adapter %s of %s loaded at run time", adapter_id, model)
 
-    async def release_adapter(self, model: str, adapter_id: str) -> None:
+    async def release_adapter(self, model: str, adapter_id: str, target: RouterTarget | None = None) -> None:
         self._adapters.release(model, adapter_id)
 
-    async def adapters(self, model: str | None = None, pending: bool = False) -> tuple[ModelAdapters, ...]:
+    async def adapters(
+        self, model: str | None = None, pending: bool = False, target: RouterTarget | None = None
+    ) -> tuple[ModelAdapters, ...]:
         """Run-time adapters: of one model (one entry, with `pending`: loads under way too, what a starting engine
         replica loads), or of every model that has some (what an Ingress adds on a catalog miss)."""
         return self._adapters.listing(model, pending=pending)
 
     # -- requests ----------------------------------------------------------------
-    async def route(self, request: RouteRequest) -> RouteDecision:
-        """Place a request and lease it a slot (released by the engine's report, the ingress, or expiry)."""
+    async def route(self, request: RouteRequest, affinity: SessionAffinity | None = None) -> RouteDecision:
+        """Place a request and lease it a slot (released by the engine's report, the ingress, or expiry).
+        `affinity`: the session, read by the request router (a session's placements stay on one Router replica)."""
         self._bind_loop()
         self._calls["route"] += 1
         self._drain()
-        return await self._router.route(request)
+        return self._leased_here(await self._router.route(request))
 
-    async def route_to(self, request: RouteRequest, replica_id: str) -> RouteDecision | None:
+    async def route_to(
+        self, request: RouteRequest, replica_id: str, affinity: SessionAffinity | None = None
+    ) -> RouteDecision | None:
         self._drain()
-        return self._router.route_to(request, replica_id)
+        decision = self._router.route_to(request, replica_id)
+        return None if decision is None else self._leased_here(decision)
 
-    async def release(self, request_id: str, model: str | None = None) -> None:
+    def _leased_here(self, decision: RouteDecision) -> RouteDecision:
+        return decision if decision.replica_id is None else decision.model_copy(update={"router_id": self._id})
+
+    async def release(self, request_id: str, model: str | None = None, target: RouterTarget | None = None) -> None:
         """The ingress's release for a request the engine never started (client gone, error before the stream)."""
         self._calls["release"] += 1
         self._router.release(request_id, model)
@@ -198,7 +226,7 @@ class RouterReplica:
         """In-flight requests per engine replica (of one model, or of all)."""
         return {r: v.in_flight for r, v in self._router.snapshot().items() if model in (None, v.model)}
 
-    async def stats(self) -> RouterStats:
+    async def stats(self, target: RouterTarget | None = None) -> RouterStats:
         self._drain()
         self._router.sweep_leases(force=True)
         return RouterStats(
@@ -210,9 +238,10 @@ class RouterReplica:
             calls=dict(self._calls),
             events=dict(self._subscriber.stats) if self._subscriber else {},
             models=self._router.model_stats(),
+            router_id=self._id,
         )
 
-    async def set_policy(self, name: PolicyName) -> None:
+    async def set_policy(self, name: PolicyName, target: RouterTarget | None = None) -> None:
         """Benchmarks only: switch kv / approx / least_loaded / round_robin without redeploying."""
         self._router.set_policy(name)
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
 
+from agentserve.serve.deployments.router_calls import RouterCalls
 from agentserve.apis.admin_adapters import LoadAdapterRequest
 from agentserve.apis.models import Catalog
 from agentserve.config import LoraAdapterSpec, ModelSpec, ServeArgs
@@ -82,7 +83,7 @@ class FakeEngine:
 
 def _ctx(router: FakeRouter, engines: dict[str, FakeEngine]) -> IngressContext:
     args = ServeArgs(models=MODELS, admin={"adapter_root": "/"})  # any absolute path; tests below narrow it
-    path = SimpleNamespace(router=router, unary_engines=engines)
+    path = SimpleNamespace(router=router, routers=RouterCalls(router), unary_engines=engines)
     return IngressContext(args=args, catalog=Catalog(args.resolve_catalog().models), path=path, preprocessor=None)
 
 

@@ -95,7 +95,7 @@ class Graph:
                 report=PromptReport(session_key="s1"),
             )
 
-        async def do_route(_req: Any) -> RouteDecision:
+        async def do_route(_req: Any, _affinity: Any = None) -> RouteDecision:
             if route == "wait":
                 await asyncio.Event().wait()
             if isinstance(route, BaseException):
@@ -334,13 +334,14 @@ def test_engine_reports_leave_the_scheduling_requests_context():
     import contextvars
 
     from agentserve.serve.deployments.engine import RouterSignals
+    from agentserve.serve.deployments.router_calls import RouterCalls
 
     current = contextvars.ContextVar("request", default=None)
     seen: list = []
     router = SimpleNamespace(report=Method(lambda *a: seen.append(current.get())))
 
     async def run():
-        signals = RouterSignals(router, "r0")
+        signals = RouterSignals(RouterCalls(router), "r0")
         current.set("request-1")
         signals.started("a")
         signals.finished("a")

@@ -29,7 +29,7 @@ class Handles:
             self.rendered.append(conv)
             return [9, 9, 9]
 
-        async def route_to(req, replica):
+        async def route_to(req, replica, affinity=None):
             self.pinned.append(replica)
             return None if saturated else RouteDecision(replica_id=replica)
 

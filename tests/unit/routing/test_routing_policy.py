@@ -70,6 +70,23 @@ def test_first_token_and_release_return_load():
     assert r.load(rep).in_flight == 0 and r.load(rep).active_blocks == pytest.approx(0)
 
 
+def test_requests_another_router_leased_count_in_the_load_and_saturate_a_replica():
+    """Two Router replicas each lease what they route; a heartbeat lists everything an engine runs, so each Router
+    counts the other's requests in that engine's load (as its own leases' size there, else a default one)."""
+    r = make(max_in_flight=3)
+    r.try_route(req(0, list(range(40))))
+    mine = "a" if r.load("a").in_flight else "b"
+    other = "b" if mine == "a" else "a"
+    own_blocks = r.load(mine).active_blocks
+    r.renew(["r0", "elsewhere-1", "elsewhere-2"], mine)
+    assert r.load(mine).in_flight == 3 and r.load(mine).active_blocks == pytest.approx(3 * own_blocks)
+    r.renew(["elsewhere-3"], other)
+    assert r.load(other).in_flight == 1 and r.load(other).active_blocks > 0  # no lease there to size it by
+    assert r.try_route(req(1, list(range(500, 540)))).replica_id == other  # `mine` is saturated by the others'
+    r.renew(["r0"], mine)  # the others' requests ended
+    assert r.load(mine).in_flight == 1 and r.load(mine).active_blocks == pytest.approx(own_blocks)
+
+
 def test_a_session_stays_unless_another_replica_saves_it_more_than_stay_tokens():
     # weight 8, 4-token blocks: 8 tokens of pending prefill cost 16 units; stay_tokens=16 tolerates 32.
     r = make(session_stay_tokens=16)
