@@ -97,7 +97,7 @@ class CatalogRouter:
     def report(self, replica: str, first_tokens: Iterable[str], finished: Iterable[str]) -> None:
         router = self.for_replica(replica)
         if router is not None:
-            router.report(first_tokens, finished)
+            router.report(first_tokens, finished, replica)
 
     def renew(self, replica: str, request_ids: Iterable[str]) -> None:
         """`request_ids`: every request the replica runs (its heartbeat)."""

@@ -145,7 +145,14 @@ class KvRouter:
         new_blocks = request_blocks(req.prompt_tokens, req.hints.osl, req.max_tokens, self.cfg.cost)
         session = req.session_key if policy.uses_sessions else ""
         home = self._home(req, session)
-        placement = Placement(cands, req.prompt_tokens, new_blocks, home, bool(session) and home is None)
+        continuing = bool(session) and req.continues and req.hints.kind != "compaction"
+        if home is None and continuing and overlaps:
+            # A later turn this Router never placed (its own Router replica died, or Serve sent it elsewhere): its
+            # home is where its prefix is, as its own Router would have kept it, not a new session's spread.
+            best = max(overlaps, key=overlaps.__getitem__)
+            home = best if overlaps[best] > 0 else None
+        new_session = bool(session) and home is None and not continuing
+        placement = Placement(cands, req.prompt_tokens, new_blocks, home, new_session)
         choice = policy.pick(placement, self.cfg.cost, self._rng)
         if choice is None:
             return None
@@ -180,12 +187,17 @@ class KvRouter:
         self._load.release(request_id)
         self._pump()
 
-    def report(self, first_tokens: Iterable[str] = (), finished: Iterable[str] = ()) -> None:
-        """An engine replica's batched signals: these requests produced their first token / ended."""
+    def report(self, first_tokens: Iterable[str] = (), finished: Iterable[str] = (), replica: str | None = None) -> None:
+        """An engine replica's batched signals: these requests produced their first token / ended (`replica`: whose;
+        those another Router leased are counted in its load until they end)."""
         for rid in first_tokens:
-            self._load.first_token(rid)
+            if self._load.replica_of(rid) is not None:
+                self._load.first_token(rid)
+            elif replica is not None:
+                self._load.foreign_started(replica, rid)
         for rid in finished:
-            self._load.release(rid)
+            if self._load.release(rid) is None and replica is not None:
+                self._load.foreign_ended(replica, rid)
         self._pump()
 
     def renew(self, request_ids: Iterable[str], replica: str | None = None) -> None:

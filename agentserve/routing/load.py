@@ -8,8 +8,10 @@ renews it while the request lives, and a lease nobody renews lapses. So an ingre
 that left between admission and the engine, or a lost release message cannot hold a slot for ever.
 
 With several Router replicas each leases only what it routed; the requests a replica runs that another Router
-leased (its heartbeat lists every request it runs) count in its load too, as many requests of the size this
-Router's own leases there have on average (heartbeat-fresh, never on a request's path).
+leased count in its load too, as requests of the size this Router's own leases there have on average. They are
+learnt from the engine's signals, which every Router receives: its first-token reports and its heartbeat's list of
+what it runs add them, its end reports remove them at once (a count refreshed only by heartbeats would hold ended
+requests for up to a heartbeat and push sessions off their replica).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class _Totals:
     prefill_tokens: int = 0
     active_blocks: float = 0.0
     requests: set[str] = field(default_factory=set)
-    foreign: int = 0  # requests it runs that another Router replica leased
+    foreign: set[str] = field(default_factory=set)  # requests it runs that another Router replica leased
 
 
 class LoadTracker:
@@ -69,13 +71,24 @@ class LoadTracker:
         if not t.foreign:
             return ReplicaLoad(t.in_flight, t.prefill_tokens, t.active_blocks)
         each = t.active_blocks / t.in_flight if t.in_flight else self._foreign_blocks
-        return ReplicaLoad(t.in_flight + t.foreign, t.prefill_tokens, t.active_blocks + t.foreign * each)
+        n = len(t.foreign)
+        return ReplicaLoad(t.in_flight + n, t.prefill_tokens, t.active_blocks + n * each)
 
     def running(self, replica: str, request_ids: Iterable[str]) -> None:
         """What the replica runs now (its heartbeat): those this tracker did not lease are another Router's."""
         t = self._replicas.get(replica)
         if t is not None:
-            t.foreign = sum(1 for rid in request_ids if rid not in t.requests)
+            t.foreign = {rid for rid in request_ids if rid not in t.requests}
+
+    def foreign_started(self, replica: str, request_id: str) -> None:
+        t = self._replicas.get(replica)
+        if t is not None and request_id not in t.requests:
+            t.foreign.add(request_id)
+
+    def foreign_ended(self, replica: str, request_id: str) -> None:
+        t = self._replicas.get(replica)
+        if t is not None:
+            t.foreign.discard(request_id)
 
     def replica_of(self, request_id: str) -> str | None:
         a = self._active.get(request_id)

@@ -105,6 +105,9 @@ def test_every_router_holds_every_engine_and_sessions_spread_over_the_routers(ur
     assert all(len(st.replicas) == 2 for st in per_router.values())  # each subscribed to both engines' events
     assert all(st.events.get("batches", 0) > 0 for st in per_router.values())
     assert all(st.counters["routed"] > 0 for st in per_router.values())  # sessions placed by both
+    # Each Router hears every engine's signals: its leases end with their requests, none waits to lapse.
+    wait_for(lambda: all(stats_of(r).in_flight == 0 for r in ids), timeout=5)
+    assert all(st.calls.get("report", 0) > 0 and st.counters["lapsed"] == 0 for st in map(stats_of, ids))
     for s in sessions:
         assert all(cached >= (prev // BLOCK) * BLOCK - BLOCK for cached, prev in s.reused), s.reused
 

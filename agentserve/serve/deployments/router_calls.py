@@ -18,6 +18,7 @@ set for `RouterCalls` in the same process (`members`).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from typing import Any, List, Optional
 
@@ -48,8 +49,11 @@ class RouterCallRouter(RequestRouter):
         self._publish()
 
     def _publish(self) -> None:
+        # Through the imported module, not this function's globals: Serve ships this class to the caller's process
+        # pickled, maybe by value, and a by-value copy's globals are a dict of its own that RouterCalls never reads.
+        registry = importlib.import_module("agentserve.serve.deployments.router_calls")._MEMBERS
         key = (self._deployment_id.app_name, self._deployment_id.name)
-        _MEMBERS[key] = tuple(sorted(r.replica_id.unique_id for r in self._replicas.values()))
+        registry[key] = tuple(sorted(r.replica_id.unique_id for r in self._replicas.values()))
 
     async def choose_replicas(
         self,

@@ -83,8 +83,12 @@ def test_requests_another_router_leased_count_in_the_load_and_saturate_a_replica
     r.renew(["elsewhere-3"], other)
     assert r.load(other).in_flight == 1 and r.load(other).active_blocks > 0  # no lease there to size it by
     assert r.try_route(req(1, list(range(500, 540)))).replica_id == other  # `mine` is saturated by the others'
-    r.renew(["r0"], mine)  # the others' requests ended
+    r.report([], ["elsewhere-1", "elsewhere-2"], mine)  # their end reports reach every Router at once
     assert r.load(mine).in_flight == 1 and r.load(mine).active_blocks == pytest.approx(own_blocks)
+    r.report(["elsewhere-4"], [], mine)  # a first token of another Router's request: counted until it ends
+    assert r.load(mine).in_flight == 2
+    r.renew(["r0"], mine)  # the heartbeat: what the replica runs now
+    assert r.load(mine).in_flight == 1
 
 
 def test_a_session_stays_unless_another_replica_saves_it_more_than_stay_tokens():
@@ -166,6 +170,25 @@ def test_new_sessions_spread_over_replicas_instead_of_crowding_the_one_caching_t
         d = spread.try_route(req(100 + i, SYSTEM + [i] * 8 + [7, 7, 7, 7], session=f"s{i}"))
         assert d.replica_id == placed["spread"][i]
         spread.release(f"r{100 + i}")
+
+
+def test_a_later_turn_this_router_never_placed_goes_where_its_prefix_is_not_by_the_spread_bound():
+    """Its own Router replica died: the next in rank has the same index but no home for the session. A later turn
+    (the conversation has a reply) goes to the replica holding its prefix, though that one carries the most
+    sessions; a first turn there would be spread."""
+    now = [0.0]
+    r = make(now=now)
+    earlier = SYSTEM + [9] * 8  # the orphan's previous turn, cached on b
+    store(r, "b", earlier)
+    for i in range(4):  # b carries sessions: a new one is steered to a
+        r.try_route(req(i, SYSTEM + [i] * 8, session=f"busy{i}"))
+        r._load.release(f"r{i}")  # noqa: SLF001 - ended; they still count as carried
+    first = r.try_route(req(10, SYSTEM + [8] * 8, session="new"))
+    assert first.replica_id == "a"  # a first turn is spread
+    for n in (11, 12):  # and the orphan's turns stay where their prefix is
+        later = req(n, earlier + [7] * 4 * (n - 10), session="orphan").model_copy(update={"continues": True})
+        placed = r.try_route(later)
+        assert placed.replica_id == "b" and placed.overlap_blocks >= len(earlier) // BS
 
 
 def test_sessions_idle_past_resident_s_no_longer_count():
