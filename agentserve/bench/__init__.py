@@ -57,6 +57,8 @@ _ALL = (
     Benchmark("session-vs-vllm", "session_vs_vllm", "one session's turns to the 32K window: graph vs `vllm serve`",
               "make serve + vllm serve"),
     Benchmark("router", "router_sim", "simulated multi-turn agent sessions over 4-64 replicas", "nothing"),
+    Benchmark("router-failover", "router_failover", "a Router replica killed under load vs one never killed",
+              "graph (scripted) x2"),
     Benchmark("router-vllm", "router_vllm", "kv routing vs round-robin on 2 real vLLM replicas", "graph (vLLM x2)"),
     Benchmark("normalize", "normalize", "tool-order normalization and prefix reuse", "nothing"),
     Benchmark("tool-addition", "tool_addition", "a tool added mid-session: in place vs folded into the tool list",
