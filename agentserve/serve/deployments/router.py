@@ -21,6 +21,7 @@ from typing import Any
 
 from ray import serve
 from ray.serve.config import RequestRouterConfig
+from ray.serve.exceptions import RayServeException
 
 from agentserve.config import LoraAdapterSpec, ResolvedCatalog, ServeArgs
 from agentserve.protocol import RouteDecision, RouteRequest, SessionAffinity
@@ -61,6 +62,14 @@ def router_config(args: ServeArgs, block_size: int) -> RouterConfig:
     )
 
 
+def _own_replica_id() -> str:
+    """This Router replica's Serve id ("" outside Serve: a test drives the class directly)."""
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except RayServeException:
+        return ""
+
+
 # Access logs off: every engine replica heartbeats and reports here.
 @serve.deployment(
     name="Router",
@@ -89,7 +98,7 @@ class RouterReplica:
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
         self._adapters = RuntimeAdapters(resolved.models, max_runtime=self._args.admin.max_runtime_adapters)  # LoRA adapters loaded at run time, per model
-        self._id = serve.get_replica_context().replica_id.unique_id  # in each decision: its release comes here
+        self._id = _own_replica_id()  # in each decision: its release comes here
         freeze_startup_heap()
 
     def _bind_loop(self) -> None:

@@ -95,7 +95,8 @@ def test_router_stats_as_plain_data_keep_the_shape_benchmark_records_had():
         return await router.stats()
 
     data = (asyncio.run(go())).as_dict()
-    assert list(data) == ["replicas", "in_flight", "waiting", "rejected", "counters", "calls", "events", "models"]
+    assert list(data) == ["replicas", "in_flight", "waiting", "rejected", "counters", "calls", "events", "models",
+                          "router_id"]  # the Router replica that answered: added last, the records before keep theirs
     assert list(data["replicas"]["e1"]) == ["in_flight", "prefill_tokens", "active_blocks", "indexed_blocks",
                                             "learned_blocks", "model"]  # fmt: skip
     assert data["replicas"]["e1"]["model"] == "m/a"
