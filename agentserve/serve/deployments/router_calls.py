@@ -23,12 +23,11 @@ import logging
 from typing import Any, List, Optional
 
 from ray.serve.handle import DeploymentHandle
-from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+from ray.serve.request_router import PendingRequest, RunningReplica
 
-from agentserve.protocol import SessionAffinity
 from agentserve.protocol.cluster import RouterTarget
 from agentserve.serve.deployments.pending_args import argument_of
-from agentserve.serve.deployments.session_affinity import by_load, home_of
+from agentserve.serve.deployments.session_affinity import SessionAffinityRouter
 
 logger = logging.getLogger("ray.serve")
 
@@ -39,7 +38,7 @@ _MEMBERS: dict[tuple[str, str], tuple[str, ...]] = {}
 CALL_TIMEOUT_S = 5.0  # a Router replica silent this long is dead or restarting: the next round tries again
 
 
-class RouterCallRouter(RequestRouter):
+class RouterCallRouter(SessionAffinityRouter):
     def update_replicas(self, replicas: List[RunningReplica]) -> None:
         super().update_replicas(replicas)
         self._publish()
@@ -65,11 +64,7 @@ class RouterCallRouter(RequestRouter):
             pinned = [r for r in candidate_replicas if r.replica_id.unique_id == target.replica_id]
             # Gone: any replica takes it (a release or signal for ids it never leased is a no-op there).
             return [pinned] if pinned else [candidate_replicas]
-        affinity = argument_of(pending_request, SessionAffinity)
-        if affinity is None or not affinity.key or len(candidate_replicas) < 2:
-            return [by_load(candidate_replicas)]
-        home = home_of(affinity.key, candidate_replicas)
-        return [[home], by_load([r for r in candidate_replicas if r is not home])]
+        return await super().choose_replicas(candidate_replicas, pending_request)  # a session's: its home Router
 
 
 def members(handle: DeploymentHandle) -> tuple[str, ...]:
