@@ -11,7 +11,7 @@ from typing import List, Optional
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
 from agentserve.protocol import RouteDecision
-from agentserve.serve.deployments.pending_args import argument_of
+from agentserve.serve.deployments.pending_args import argument_of, pinned
 
 
 class PinToChosenReplica(RequestRouter):
@@ -22,7 +22,7 @@ class PinToChosenReplica(RequestRouter):
     ) -> List[List[RunningReplica]]:
         decision = argument_of(pending_request, RouteDecision)
         if decision is not None and decision.replica_id is not None:
-            pinned = [r for r in candidate_replicas if r.replica_id.unique_id == decision.replica_id]
-            if pinned:
-                return [pinned]
+            chosen = pinned(candidate_replicas, decision.replica_id)
+            if chosen:
+                return [chosen]
         return [candidate_replicas]

@@ -1,11 +1,11 @@
 """What a Ray Serve request router reads of a pending call: the one argument of a given type (a RouteDecision for
-the Engine, a SessionAffinity for the Preprocessor), wherever the caller passed it."""
+the Engine, a SessionAffinity for the Preprocessor, a RouterTarget for the Router), and the replica it pins to."""
 
 from __future__ import annotations
 
 from typing import Optional, TypeVar
 
-from ray.serve.request_router import PendingRequest
+from ray.serve.request_router import PendingRequest, RunningReplica
 
 T = TypeVar("T")
 
@@ -17,3 +17,8 @@ def argument_of(pending: Optional[PendingRequest], kind: type[T]) -> T | None:
         if isinstance(value, kind):
             return value
     return None
+
+
+def pinned(candidates: list[RunningReplica], replica_id: str) -> list[RunningReplica]:
+    """The candidate with that Serve replica id ([] when it is gone)."""
+    return [r for r in candidates if r.replica_id.unique_id == replica_id]

@@ -26,7 +26,7 @@ from ray.serve.handle import DeploymentHandle
 from ray.serve.request_router import PendingRequest, RunningReplica
 
 from agentserve.protocol.cluster import RouterTarget
-from agentserve.serve.deployments.pending_args import argument_of
+from agentserve.serve.deployments.pending_args import argument_of, pinned
 from agentserve.serve.deployments.session_affinity import SessionAffinityRouter
 
 logger = logging.getLogger("ray.serve")
@@ -61,9 +61,9 @@ class RouterCallRouter(SessionAffinityRouter):
     ) -> List[List[RunningReplica]]:
         target = argument_of(pending_request, RouterTarget)
         if target is not None:
-            pinned = [r for r in candidate_replicas if r.replica_id.unique_id == target.replica_id]
+            chosen = pinned(candidate_replicas, target.replica_id)
             # Gone: any replica takes it (a release or signal for ids it never leased is a no-op there).
-            return [pinned] if pinned else [candidate_replicas]
+            return [chosen] if chosen else [candidate_replicas]
         return await super().choose_replicas(candidate_replicas, pending_request)  # a session's: its home Router
 
 
