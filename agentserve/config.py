@@ -413,6 +413,30 @@ class AdminSpec(_Strict):
     max_runtime_adapters: int = Field(default=8, ge=0)
 
 
+class RequestTraceSpec(_Strict):
+    """Request traces (agentserve/traces): one JSON line per request end (traces/record.py), no payload; and, where
+    an OTLP endpoint is set, OpenTelemetry spans across Ingress, Preprocessor, Router and Engine.
+
+    enabled: write the JSON lines. Each Ingress replica writes `<directory>/requests-<replica>.jsonl` (files 0600,
+    the directory 0700 if made here), rotated past max_bytes_per_file to `.1` .. `.<keep_files>` (the oldest is
+    deleted), off the event loop: up to max_pending_bytes of records wait for the disk, past that they are dropped
+    and counted (`agentserve_request_traces_total{outcome="dropped"}`), never waited for.
+    session_memo_bytes bounds each Ingress replica's memory of when each session's previous response ended (gap_s).
+    otlp_endpoint: an OTLP/HTTP endpoint (`http://collector:4318`, or the full `.../v1/traces`) every deployment
+    exports spans to; None: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT of each replica's
+    environment when `enabled`, else no spans (and no OpenTelemetry set-up at all).
+    """
+
+    enabled: bool = False
+    directory: str | None = None  # None: <state data dir>/traces
+    max_bytes_per_file: int = Field(default=256 * 1024 * 1024, ge=4096)
+    keep_files: int = Field(default=4, ge=0)  # rotated files kept beside the current one
+    max_pending_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    session_memo_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    otlp_endpoint: str | None = None
+    otlp_export_interval_s: float = Field(default=2.0, gt=0)  # the span batch's delay before export
+
+
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -451,6 +475,8 @@ class ServeArgs(_Strict):
     secret_key: str | None = None
     # Append every finished turn's prompt and output token ids here (for `agentserve doctor TRACE`).
     trace_path: str | None = None
+    # Request traces and OpenTelemetry spans (RequestTraceSpec): off unless switched on.
+    request_traces: RequestTraceSpec = RequestTraceSpec()
     response_store: ResponseStoreSpec = ResponseStoreSpec()
     router: RouterSpec = RouterSpec()
     # Remove Claude Code's per-session `x-anthropic-billing-header: ...` text from system prompts before

@@ -67,6 +67,9 @@ class AgentHints(BaseModel):
     kind: RequestKind = "other"
     # After the turn, prefill the next turn's predicted prefix (this turn as it will be replayed) on its replica.
     speculative_prefill: bool = False
+    # W3C `traceparent` of the Ingress's request span (traces/otel.py), set by the Ingress when spans are exported,
+    # never read from a client: the Preprocessor's and Router's spans are its children.
+    traceparent: str | None = None
 
 
 class GenerationRequest(BaseModel):
@@ -120,6 +123,7 @@ class EngineRequest(BaseModel):
     # A vision model's images, encoded (PNG, JPEG, ...), in the order of their placeholders in token_ids: vLLM's
     # multi-modal data. Encoded, not decoded: a screenshot crosses the Ray hop as its file, not as its pixels.
     images: tuple[bytes, ...] = ()
+    traceparent: str | None = None  # the Ingress's request span (AgentHints.traceparent): the engine's is its child
 
     @property
     def prompt_tokens(self) -> int:
