@@ -80,6 +80,11 @@ WARM_START_SESSIONS = Counter(
     "Sessions a new engine replica's warm start planned: warmed, or left (the time bound, an engine error)",
     ["model", "outcome"], registry=REGISTRY,
 )
+REQUEST_TRACES = Counter(
+    "agentserve_request_traces_total",
+    "Request trace records (ServeArgs.request_traces): written, or dropped (the writer's queue was full or the "
+    "disk failed)", ["outcome"], registry=REGISTRY,
+)
 KEPT_TURNS = Counter(
     "agentserve_kept_turns_total",
     "Finished turns handed to the kept-turn store: kept (committed before the stream ended), pending (still "

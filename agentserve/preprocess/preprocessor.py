@@ -441,7 +441,7 @@ class Preprocessor:
             structural_tag=self._structural_tag(request, reasoning_started),
             match_text=request.conversation.last_user_text() if self._scripted else "",
             images=tuple(image_bytes(url, i) for i, url in enumerate(prompt.images)),
-            traceparent=request.hints.traceparent,
+            trace=request.hints.trace,
         )
         route = RouteRequest.model_construct(
             request_id=request.request_id,

@@ -54,6 +54,16 @@ class SamplingParams(BaseModel):
     thinking_budget: int | None = Field(default=None, ge=0)
 
 
+class TraceContext(BaseModel):
+    """One request's OpenTelemetry trace as it crosses the graph: the W3C `traceparent` of the Ingress's request
+    span and the session its spans are tagged with."""
+
+    model_config = ConfigDict(frozen=True)
+
+    traceparent: str
+    session: str | None = None
+
+
 class AgentHints(BaseModel):
     """Scheduling hints a harness may send (`nvext.agent_hints` or `x-agentserve-*` headers)."""
 
@@ -67,9 +77,9 @@ class AgentHints(BaseModel):
     kind: RequestKind = "other"
     # After the turn, prefill the next turn's predicted prefix (this turn as it will be replayed) on its replica.
     speculative_prefill: bool = False
-    # W3C `traceparent` of the Ingress's request span (traces/otel.py), set by the Ingress when spans are exported,
-    # never read from a client: the Preprocessor's and Router's spans are its children.
-    traceparent: str | None = None
+    # The Ingress's request span (traces/otel.py), set by the Ingress when spans are exported, never read from a
+    # client: the Preprocessor's and Router's spans are its children.
+    trace: "TraceContext | None" = None
 
 
 class GenerationRequest(BaseModel):
@@ -123,7 +133,7 @@ class EngineRequest(BaseModel):
     # A vision model's images, encoded (PNG, JPEG, ...), in the order of their placeholders in token_ids: vLLM's
     # multi-modal data. Encoded, not decoded: a screenshot crosses the Ray hop as its file, not as its pixels.
     images: tuple[bytes, ...] = ()
-    traceparent: str | None = None  # the Ingress's request span (AgentHints.traceparent): the engine's is its child
+    trace: "TraceContext | None" = None  # the Ingress's request span (AgentHints.trace): the engine's is its child
 
     @property
     def prompt_tokens(self) -> int:
