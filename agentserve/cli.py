@@ -1,4 +1,4 @@
-"""The `agentserve` command: prepare-model, prepare-adapter, serve, doctor, codex-config, bench."""
+"""The `agentserve` command: prepare-model, prepare-adapter, serve, doctor, codex-config, trace, bench."""
 
 from __future__ import annotations
 
@@ -109,6 +109,30 @@ def _codex_config(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _trace_generate(ns: argparse.Namespace) -> int:
+    """A seeded synthetic agent trace (agentserve/traces/synthetic.py; docs/TRACES.md) as JSON lines."""
+    import dataclasses
+
+    from agentserve.traces.jsonl import write_records
+    from agentserve.traces.synthetic import TraceShape, generate
+
+    fields = {f.name: f for f in dataclasses.fields(TraceShape)}
+    changes: dict[str, object] = {"sessions": ns.sessions, "seed": ns.seed}
+    for item in ns.set or ():
+        name, _, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in fields:
+            print(f"--set {item}: TraceShape has no field {name!r}", file=sys.stderr)
+            return 2
+        default = getattr(TraceShape(), name)
+        parts = [type(default[0])(v) for v in value.split(",")] if isinstance(default, tuple) else None
+        changes[name] = tuple(parts) if parts is not None else type(default)(value)
+    records = generate(TraceShape(**changes))  # type: ignore[arg-type]
+    n = write_records(ns.output, records)
+    print(f"{n} records, {len({r.session for r in records})} sessions -> {ns.output}")
+    return 0
+
+
 def _bench(ns: argparse.Namespace) -> int:
     """`agentserve bench NAME [ARGS]`: one benchmark of agentserve.bench, its own arguments after the name."""
     from agentserve import bench
@@ -166,6 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--codex-home", default=None, help="write config.toml and the catalog into this directory")
     c.add_argument("--catalog-only", action="store_true", help="print the model_catalog_json content")
     c.set_defaults(func=_codex_config)
+
+    t = sub.add_parser("trace", help="request traces (traces/record.py): generate synthetic ones")
+    tsub = t.add_subparsers(dest="trace_command", required=True)
+    tg = tsub.add_parser("generate", help="a seeded synthetic agent trace in the published shapes (docs/TRACES.md)")
+    tg.add_argument("-o", "--output", required=True, help="trace file (JSON lines; .gz compresses)")
+    tg.add_argument("--sessions", type=int, default=200, help="top-level sessions (subagents come on top)")
+    tg.add_argument("--seed", type=int, default=0)
+    tg.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                    help="any TraceShape field, e.g. --set subagent_share=0.3 --set short_turns=2,8")
+    tg.set_defaults(func=_trace_generate)
 
     b = sub.add_parser("bench", help="run a benchmark (agentserve bench --list lists them)", add_help=True)
     b.add_argument("--list", action="store_true", help="list the benchmarks")
