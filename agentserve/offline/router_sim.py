@@ -28,6 +28,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from agentserve.offline.session_flow import SessionFlow
 from agentserve.protocol import AgentHints, RouteRequest
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import CostConfig
@@ -63,15 +64,23 @@ class ReplicaModel:
 class Turn:
     prompt_tokens: int
     output_tokens: int
-    gap_s: float
+    gap_s: float  # after this turn's response, before the next turn
+    # From a trace (offline/trace_workload.py): the prompt's full blocks and those of prompt + output; None: cut
+    # from the session's one block stream.
+    blocks: list[int] | None = None
+    written: list[int] | None = None
+    kind: str = "other"  # protocol RequestKind
 
 
 @dataclass(slots=True)
 class Session:
     sid: int
-    start_s: float
+    start_s: float  # a subagent's: after the end of the parent request that spawned it
     blocks: list[int]  # block ids of the whole session stream (system prompt ids shared)
     turns: list[Turn]
+    parent: int | None = None  # the spawning session (offline/session_flow.py)
+    spawns: dict[int, list[int]] = field(default_factory=dict)  # turn -> subagents started when it ends
+    joins: dict[int, tuple[list[int], float]] = field(default_factory=dict)  # turn -> (subagents awaited, gap)
 
 
 def make_sessions(w: Workload, session_rate: float) -> list[Session]:
@@ -351,8 +360,10 @@ class Result:
 
 
 def simulate(
-    router: SimRouter, n_replicas: int, sessions: list[Session], w: Workload, m: ReplicaModel
+    router: SimRouter, n_replicas: int, sessions: list[Session], w: Workload, m: ReplicaModel,
+    flow: SessionFlow | None = None,
 ) -> Result:
+    """`flow` says when turns arrive and records what each session saw (a fresh one per call when None)."""
     bs = w.block_size
     BLOCK_SIZE_HINT[0] = bs
     replicas = [Replica(i, LruCache(m.kv_blocks)) for i in range(n_replicas)]
@@ -391,15 +402,16 @@ def simulate(
         if new:
             router.stored(rep.idx, new)
 
-    for s in sessions:
-        push(s.start_s, 0, (s, 0))
+    flow = flow or SessionFlow(sessions)
+    for t0, s, k in flow.starts():
+        push(t0, 0, (s, k))
     now = 0.0
     while heap:
         now, _, kind, obj = heapq.heappop(heap)
         if kind == 0:  # a turn arrives
             s, k = obj
             t = s.turns[k]
-            blocks = s.blocks[: t.prompt_tokens // bs]
+            blocks = t.blocks if t.blocks is not None else s.blocks[: t.prompt_tokens // bs]
             req = Request(next(rids), s, k, now, t.prompt_tokens, t.output_tokens, blocks)
             usable = (t.prompt_tokens - 1) // bs
             hit = 0
@@ -410,6 +422,7 @@ def simulate(
             ub_cached += hit * bs
             ub_total += t.prompt_tokens
             seen_blocks.update(blocks)
+            flow.arrived(req, now, hit * bs)
             i = router.route(req, replicas, now)
             rep = replicas[i]
             req.replica = i
@@ -417,6 +430,8 @@ def simulate(
             if rep.pending_work_s(now) > m.shed_after_s:
                 rejected += 1
                 router.release(req)
+                for t1, s1, k1 in flow.shed(req, now):
+                    push(t1, 0, (s1, k1))
                 continue
             rep.queue.append(req)
             start_prefill(rep, now)
@@ -437,14 +452,14 @@ def simulate(
             rep.decoding -= 1
             rep.served += 1
             end = (req.prompt_tokens + req.output_tokens) // bs
-            store(rep, req.session.blocks[:end])
+            written = req.session.turns[req.turn].written
+            store(rep, written if written is not None else req.session.blocks[:end])
             router.release(req)
             done.append(req)
-            s = req.session
-            if req.turn + 1 < len(s.turns):
-                push(now + s.turns[req.turn].gap_s, 0, (s, req.turn + 1))
+            for t1, s1, k1 in flow.ended(req, now):
+                push(t1, 0, (s1, k1))
 
-    span = max(now - min(s.start_s for s in sessions), 1e-9)
+    span = max(now - flow.t0, 1e-9)
     utils = [r.busy_s / span for r in replicas]
     served = [r.served for r in replicas]
     ttfts = sorted(r.ttft for r in done)
