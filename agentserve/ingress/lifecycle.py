@@ -36,7 +36,8 @@ from agentserve.config import ModelSpec, ServeArgs
 from agentserve.doctor import PrefixDoctor, PrefixReport
 from agentserve.doctor.prefix_doctor import REPORT_WAIT_S
 from agentserve.ingress.http import SSE_HEADERS
-from agentserve.ingress.observers import TurnEnded, TurnObserver
+from agentserve.ingress.observers import Timings, TurnEnded, TurnObserver
+from agentserve.ingress.observers.request_traces import end_request_span
 from agentserve.ingress.observers.telemetry import StreamObserver, bind_request_id, observe_prefix, observe_route
 from agentserve.ingress.output.request_state import RequestState
 from agentserve.ingress.sent_conversations import SentConversations
@@ -45,6 +46,7 @@ from agentserve.protocol import (
 )
 from agentserve.protocol.errors import RequestError
 from agentserve.serve.deployments.router_calls import RouterCalls
+from agentserve.traces.otel import NO_SPANS, NULL_SPAN, Spans
 
 logger = logging.getLogger("ray.serve")
 
@@ -105,8 +107,10 @@ class RequestPath:
         doctor: PrefixDoctor,
         observers: Sequence[TurnObserver] = (),
         engine_died: Callable[[BaseException], bool] = _never_died,
+        spans: Spans = NO_SPANS,
     ) -> None:
         self.args = args
+        self.spans = spans  # OpenTelemetry request spans (traces/otel.py): NO_SPANS without an OTLP endpoint
         self.preprocessor = preprocessor
         self.router = router
         self.routers = RouterCalls(router)  # calls for one Router replica, or for every one
@@ -230,6 +234,10 @@ class RequestLifecycle:
         self._telemetry = StreamObserver(self.model_id)
         self._first_at: float | None = None
         self._last_at: float | None = None
+        self._routed_at: float | None = None
+        self._arrived_unix = time.time() - (time.perf_counter() - arrived)
+        self._span = NULL_SPAN  # the request's root span (traces/otel.py)
+        self._ended: TurnEnded | None = None
 
     @property
     def id(self) -> str:
@@ -249,6 +257,8 @@ class RequestLifecycle:
         inside a 200 stream. The prefix check runs beside the routing call, off the event loop, and is never
         waited on past it (REPORT_WAIT_S)."""
         bind_request_id(self.id)
+        if self._metered and self._path.spans.enabled:
+            self._trace()
         if self._client_id:
             logger.debug("request %s carries client id %s", self.id, self._client_id)
         started = time.perf_counter()
@@ -288,7 +298,8 @@ class RequestLifecycle:
                     check.cancel()
                 self._path.release_after(route_call, self.id, self.model_id)
                 raise
-        observe_route(self.route, time.perf_counter() - routing, self.model_id)
+        self._routed_at = time.perf_counter()
+        observe_route(self.route, self._routed_at - routing, self.model_id)
         if check is not None:
             self.report = await check.report(REPORT_WAIT_S)
             observe_prefix(self.model_id, self.report)
@@ -309,7 +320,19 @@ class RequestLifecycle:
         except BaseException:
             self._path.release_after(route_call, self.id, self.model_id)
             raise
+        self._routed_at = time.perf_counter()
         return self.route is not None
+
+    def _trace(self) -> None:
+        """Open the request's root span; its context travels in the hints to the Preprocessor and the Router (and
+        from there in the engine request)."""
+        hints = self.request.hints
+        self._span = self._path.spans.request(
+            "ingress.request", self._arrived_unix, hints.session_id,
+            {"agentserve.request_id": self.id, "agentserve.api": self._api, "agentserve.model": self.model_id},
+        )
+        if self._span.trace is not None:
+            self.request = self.request.model_copy(update={"hints": hints.model_copy(update={"trace": self._span.trace})})
 
     def _session(self) -> str:
         if not (self.pre and self.pre.report.session_key):
@@ -476,6 +499,9 @@ class RequestLifecycle:
             session="" if self._warm_only else self._session(),
             warm_only=self._warm_only,
             metered=self._metered,
+            api=self._api,
+            scope=self._scope,
+            timings=Timings(self._arrived_unix, self._arrived, self._routed_at, self._first_at, time.perf_counter()),
         )
 
     def _emit(self) -> list[Awaitable[None]]:
@@ -484,7 +510,7 @@ class RequestLifecycle:
             return []
         self._turn_ended = True
         self._telemetry.finished()
-        ended = self._turn_ended_event()
+        ended = self._ended = self._turn_ended_event()
         waits: list[Awaitable[None]] = []
         for observer in self._path.observers:
             try:
@@ -521,6 +547,8 @@ class RequestLifecycle:
             for wait in self._emit():  # an end not reached in the stream (client gone, failure): nothing to wait for
                 if asyncio.isfuture(wait) or inspect.iscoroutine(wait):
                     asyncio.ensure_future(wait)
+        if self._span is not NULL_SPAN:
+            end_request_span(self._span, self._ended)
 
 
 class _LifecycleResponse(StreamingResponse):

@@ -16,6 +16,18 @@ from agentserve.protocol import GenerationRequest, Preprocessed, RouteDecision
 
 
 @dataclass(frozen=True, slots=True)
+class Timings:
+    """When a request passed each point (perf_counter seconds; None: it never got there), and the wall clock of
+    its arrival."""
+
+    arrived_unix: float
+    arrived: float
+    routed: float | None  # the Router's lease
+    first_token: float | None  # the first engine delta
+    ended: float
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     """One request's end, once, however it ended (finished, client gone, engine or ingress failure)."""
 
@@ -27,6 +39,9 @@ class TurnEnded:
     session: str  # `<caller>/<model>/<session key>`; "" when the request names no session
     warm_only: bool  # a pre-warm: its output is not a turn of the session
     metered: bool = True  # False: work the server chose to do itself (speculative prefill), kept out of metrics
+    api: str = ""  # the wire API ("anthropic", "responses", "chat", ...)
+    scope: str = ""  # the caller's identity (its key's digest, ingress/middleware/auth.py)
+    timings: Timings | None = None
 
     @property
     def finished(self) -> bool:

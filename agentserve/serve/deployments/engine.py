@@ -25,6 +25,7 @@ from agentserve.serve.deployments.router_calls import RouterCalls
 from agentserve.serve.handles import on_this_process
 from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
+from agentserve.traces.otel import open_spans
 
 logger = logging.getLogger("ray.serve")
 
@@ -105,6 +106,7 @@ class EngineReplica:
         self._model = ResolvedCatalog.from_any(catalog).model(model_id)  # the catalog model this deployment serves
         self._spec = ResolvedCatalog.from_any(catalog).engine(model_id)
         self._prefill = PrefillTracker()  # autoscaling signal (record_autoscaling_stats) and metrics
+        self._spans = open_spans(self._args.request_traces, "Engine")  # request spans (traces/otel.py)
         start_export()
         self._engine = make_engine(self._spec, self._model, self._model.resolve_path())
         await self._engine.start()
@@ -172,7 +174,10 @@ class EngineReplica:
         declared = {a.id for a in self._model.adapters}
         kv, replay = self._kv_endpoints
         runtime = tuple(a for a in self._engine.adapters() if a.id not in declared)
-        return ReplicaRegistration(model=self._model.id, kv_endpoint=kv, replay_endpoint=replay, adapters=runtime)
+        return ReplicaRegistration(
+            model=self._model.id, kv_endpoint=kv, replay_endpoint=replay, adapters=runtime,
+            kv_capacity_tokens=self._engine.kv_capacity_tokens(),
+        )  # fmt: skip
 
     def _kv_endpoints_of_engine(self) -> tuple[str | None, str | None]:
         """Where the router subscribes to this replica's KV events and asks for replays (None: it learns
@@ -228,6 +233,7 @@ class EngineReplica:
         first = True
         sent_at = 0.0
         budget = self._spec.max_chunks_per_s
+        span = self._spans.child("engine.generate", request.trace, {"agentserve.replica": self._replica_id})
         try:
             ended = False
             while not ended:
@@ -251,12 +257,15 @@ class EngineReplica:
                 if first:
                     first = False
                     self._first_token(request, out, time.perf_counter() - received)
+                    span.set({"gen_ai.usage.input_tokens": out.prompt_tokens, "agentserve.cached_tokens":
+                              out.num_cached_tokens, "agentserve.ttft_s": time.perf_counter() - received})
                 yield out
                 sent_at = time.perf_counter()
                 ended = ended or batch[-1].finish_reason is not None
         finally:
             task.cancel()  # the consumer went away: cancelling the engine stream aborts it
             self._finished(request)
+            span.end()
 
     # -- load signals: Prometheus (through Ray) and Serve's autoscaler ---------------------------------------
     def _admitted(self, request: EngineRequest, route: RouteDecision | None) -> None:

@@ -30,6 +30,7 @@ from agentserve.serve.ray_metrics import start_export
 from agentserve.serve.state_args import secret_keys_at_start
 from agentserve.state import open_backend
 from agentserve.state.upkeep import TotalsRecount
+from agentserve.traces.otel import open_spans
 
 logger = logging.getLogger("ray.serve")
 
@@ -77,6 +78,7 @@ class Ingress:
                 doctor=doctor,
                 observers=observers_from(config, resolved, doctor),
                 engine_died=lambda exc: isinstance(exc, RayActorError),
+                spans=open_spans(config.request_traces, "Ingress"),
             ),
             preprocessor=preprocessor,
         )

@@ -31,6 +31,7 @@ from agentserve.protocol.errors import RequestError
 from agentserve.serve.heap import freeze_startup_heap
 from agentserve.serve.ray_metrics import start_export
 from agentserve.state.kept_turns import open_kept_turns
+from agentserve.traces.otel import open_spans
 
 T = TypeVar("T")
 
@@ -68,6 +69,7 @@ class PreprocessorReplica:
         # (caller, id) -> a conversation an Ingress replica sent, for its session's next request's delta
         self._conversations: BytesLRU[tuple[str, str], Conversation] = BytesLRU(a.kept_turns.conversation_memo_bytes)
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="preprocess")
+        self._spans = open_spans(a.request_traces, "Preprocessor")
         freeze_startup_heap()
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -109,17 +111,18 @@ class PreprocessorReplica:
         `base` the catalog model that serves it. `delta`: the request's conversation is the one kept under
         `delta.base` and these turns (None when this replica does not hold it: the caller sends it whole);
         `keep`: keep this request's conversation for the next delta (ingress/sent_conversations.py)."""
-        pre, adapter = self._for(request.model, base)
-        if delta is not None:
-            earlier = self._conversations.get((scope, delta.base))
-            conversation = delta.apply(earlier) if earlier is not None else None
-            if conversation is None:
-                return None
-            request = request.model_copy(update={"conversation": conversation})
-        out = await self._off_loop(pre.preprocess, request, scope, adapter=adapter)
-        if keep is not None:
-            self._conversations.put((scope, keep.id), request.conversation, keep.nbytes)
-        return out
+        with self._spans.child("preprocessor.preprocess", request.hints.trace):
+            pre, adapter = self._for(request.model, base)
+            if delta is not None:
+                earlier = self._conversations.get((scope, delta.base))
+                conversation = delta.apply(earlier) if earlier is not None else None
+                if conversation is None:
+                    return None
+                request = request.model_copy(update={"conversation": conversation})
+            out = await self._off_loop(pre.preprocess, request, scope, adapter=adapter)
+            if keep is not None:
+                self._conversations.put((scope, keep.id), request.conversation, keep.nbytes)
+            return out
 
     async def render_tokens(
         self,

@@ -31,8 +31,10 @@ from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import RouterConfig
 from agentserve.routing.kv_subscriber import Events, KvEventSubscriber, Reset
 from agentserve.routing.policies import POLICIES, PolicyName
+from agentserve.routing.scheduling import SchedulingConfig
 from agentserve.serve.adapter_registry import RuntimeAdapters
 from agentserve.serve.heap import freeze_startup_heap
+from agentserve.traces.otel import open_spans
 
 logger = logging.getLogger("ray.serve")
 
@@ -50,7 +52,9 @@ def router_config(args: ServeArgs, block_size: int) -> RouterConfig:
             session_spread=r.session_spread,
             max_in_flight=r.max_in_flight_per_replica,
             max_active_tokens=r.max_active_tokens_per_replica,
+            max_prefill_tokens=r.max_prefill_tokens_per_replica,
         ),
+        scheduling=SchedulingConfig(**r.scheduling.model_dump()),
         policy=r.policy,
         expire_after_s=r.replica_timeout_s,
         approx_ttl_s=r.approx_ttl_s,
@@ -97,9 +101,13 @@ class RouterReplica:
         self._subscriber = KvEventSubscriber(on_update=self._wake) if events else None
         self._endpoints: dict[str, str] = {}
         self._calls: Counter[str] = Counter()  # per method: benchmarks check the router's calls per request
+        self._spans = open_spans(self._args.request_traces, "Router")  # request spans (traces/otel.py)
         self._adapters = RuntimeAdapters(resolved.models, max_runtime=self._args.admin.max_runtime_adapters)  # LoRA adapters loaded at run time, per model
         self._id = _own_replica_id()  # in each decision: its release comes here
         freeze_startup_heap()
+
+    def _block_size(self, model: str | None) -> int:
+        return self._router.for_model(model).cfg.cost.block_size
 
     def _bind_loop(self) -> None:
         if self._loop is None:
@@ -144,7 +152,8 @@ class RouterReplica:
         self._bind_loop()
         endpoint = info.kv_endpoint
         events = self._subscriber is not None and endpoint is not None
-        self._router.register(replica_id, info.model, events=events)
+        kv_blocks = info.kv_capacity_tokens // self._block_size(info.model) if info.kv_capacity_tokens else None
+        self._router.register(replica_id, info.model, events=events, kv_blocks=kv_blocks)
         for adapter in info.adapters:  # its run-time adapters: relearnt here after a Router restart
             if self._adapters.adopt(self._router.model_of(replica_id) or "", adapter):
                 logger.info("run-time LoRA adapter %s relearnt from replica %s", adapter.id, replica_id)
@@ -213,7 +222,11 @@ class RouterReplica:
         self._bind_loop()
         self._calls["route"] += 1
         self._drain()
-        return self._leased_here(await self._router.route(request))
+        with self._spans.child("router.route", request.hints.trace) as span:
+            decision = self._leased_here(await self._router.route(request))
+            span.set({"agentserve.replica": decision.replica_id, "agentserve.route_reason": decision.reason,
+                      "agentserve.overlap_blocks": decision.overlap_blocks})
+            return decision
 
     async def route_to(
         self, request: RouteRequest, replica_id: str, affinity: SessionAffinity | None = None
