@@ -133,6 +133,21 @@ def _trace_generate(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _trace_timeline(ns: argparse.Namespace) -> int:
+    """A trace's sessions as Chrome trace-event JSON (agentserve/traces/timeline.py), for Perfetto."""
+    from agentserve.traces.jsonl import iter_records
+    from agentserve.traces.timeline import timeline
+
+    out = timeline(iter_records(ns.trace), ns.session)
+    slices = sum(1 for e in out["traceEvents"] if e["ph"] == "X" and e["cat"] == "request")
+    if ns.session is not None and not slices:
+        print(f"no request of session {ns.session!r} in {ns.trace}", file=sys.stderr)
+        return 2
+    Path(ns.output).write_text(json.dumps(out))
+    print(f"{slices} requests -> {ns.output} (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
 def _bench(ns: argparse.Namespace) -> int:
     """`agentserve bench NAME [ARGS]`: one benchmark of agentserve.bench, its own arguments after the name."""
     from agentserve import bench
@@ -191,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--catalog-only", action="store_true", help="print the model_catalog_json content")
     c.set_defaults(func=_codex_config)
 
-    t = sub.add_parser("trace", help="request traces (traces/record.py): generate synthetic ones")
+    t = sub.add_parser("trace", help="request traces (traces/record.py): generate synthetic ones, view timelines")
     tsub = t.add_subparsers(dest="trace_command", required=True)
     tg = tsub.add_parser("generate", help="a seeded synthetic agent trace in the published shapes (docs/TRACES.md)")
     tg.add_argument("-o", "--output", required=True, help="trace file (JSON lines; .gz compresses)")
@@ -200,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     tg.add_argument("--set", action="append", metavar="FIELD=VALUE",
                     help="any TraceShape field, e.g. --set subagent_share=0.3 --set short_turns=2,8")
     tg.set_defaults(func=_trace_generate)
+    tt = tsub.add_parser("timeline", help="a trace's sessions as Chrome trace-event JSON (Perfetto, chrome://tracing)")
+    tt.add_argument("trace", help="request trace file (JSON lines; .gz read too)")
+    tt.add_argument("--session", default=None, help="only this session and the subagents it spawned")
+    tt.add_argument("-o", "--output", required=True, help="the trace-event JSON file to write")
+    tt.set_defaults(func=_trace_timeline)
 
     b = sub.add_parser("bench", help="run a benchmark (agentserve bench --list lists them)", add_help=True)
     b.add_argument("--list", action="store_true", help="list the benchmarks")
