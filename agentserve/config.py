@@ -229,6 +229,35 @@ class EngineSpec(_Strict):
         return self
 
 
+class SchedulingSpec(_Strict):
+    """Session-aware scheduling in the Router (agentserve/routing/scheduling, routing/kv_pressure.py), each part a
+    switch; all off (the default) is FCFS admission with the engine's LRU deciding whose KV goes. The ordering
+    parts act only when requests wait in the Router's admission queue, i.e. when replicas are saturated
+    (max_in_flight_per_replica / max_active_tokens_per_replica / max_prefill_tokens_per_replica); see OPERATIONS."""
+
+    session_fairness: bool = False  # least attained service per session first
+    interactive_first: bool = False  # user messages ahead of tool results, compactions, other
+    key_shares: bool = False  # per-key weighted shares of service at saturation
+    # sha256 hex digests of API keys -> weight; unlisted keys weigh default_key_weight.
+    key_weights: dict[str, float] = Field(default_factory=dict)
+    default_key_weight: float = Field(default=1.0, gt=0)
+    service_half_life_s: float = Field(default=60.0, gt=0)  # attained service decays with this half-life
+    # KV-pressure awareness: which sessions in a tool gap keep their blocks; new work that would evict them waits.
+    kv_pressure: bool = False
+    kv_high_watermark: float = Field(default=0.9, gt=0, le=1.0)
+    kv_keep_gap_s: float = Field(default=30.0, gt=0)
+    # With an ordering part on, a full queue rejects its lowest-ranked waiter instead of a higher-ranked newcomer.
+    shed_lowest: bool = True
+
+    @model_validator(mode="after")
+    def _weights(self) -> "SchedulingSpec":
+        if any(w <= 0 for w in self.key_weights.values()):
+            raise ValueError("router.scheduling.key_weights are positive")
+        if not all(re.fullmatch(r"[0-9a-f]{64}", k) for k in self.key_weights):
+            raise ValueError("router.scheduling.key_weights are keyed by sha256 hex digests of API keys")
+        return self
+
+
 class RouterSpec(_Strict):
     """The KV-aware router (agentserve/routing): cost weights, index mode, admission limits."""
 
@@ -249,6 +278,9 @@ class RouterSpec(_Strict):
     resident_s: float = Field(default=30.0, gt=0)
     max_in_flight_per_replica: int | None = Field(default=256, ge=1)
     max_active_tokens_per_replica: int | None = Field(default=None, ge=1)
+    # Uncached prompt tokens routed to a replica and not yet prefilled: past this it takes no new request, so the
+    # rest wait in the Router, in the scheduling order (None: no such bound; the engine's own queue is FCFS).
+    max_prefill_tokens_per_replica: int | None = Field(default=None, ge=1)
     max_waiting: int = Field(default=1024, ge=0)  # admission queue when every replica is saturated
     max_wait_s: float = Field(default=30.0, gt=0)
     retry_after_s: float = Field(default=2.0, gt=0)
@@ -262,6 +294,7 @@ class RouterSpec(_Strict):
     # Who may raise `priority` / `latency_sensitivity` hints: sha256 digests of API keys, or "*" for every
     # caller. Everyone else's hints are clamped to the default (0 / none): scheduling is not self-service.
     priority_keys: tuple[str, ...] = ()
+    scheduling: SchedulingSpec = SchedulingSpec()
 
 
 class ResponseStoreSpec(_Strict):

@@ -453,6 +453,7 @@ class Preprocessor:
             # The router's affinity is per caller too: another key naming this session id cannot steer it.
             session_key=caller_session(scope, session),
             parent_session_key=caller_session(scope, request.hints.parent_session_id or ""),
+            tenant=scope,
             continues=any(t.role == "assistant" for t in request.conversation.turns),
         )
         report = PromptReport(

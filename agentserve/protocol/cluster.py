@@ -38,6 +38,7 @@ class ReplicaRegistration:
     replay_endpoint: str | None = None  # where missed KV events are replayed from
     # The LoRA adapters it holds beyond the declared ones: a restarted Router relearns run-time loads from these.
     adapters: tuple[LoraAdapterSpec, ...] = ()
+    kv_capacity_tokens: int | None = None  # its KV cache (vLLM: num_gpu_blocks x block_size); None: not known
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,7 @@ class RouteRequest(BaseModel):
     hints: AgentHints = AgentHints()
     session_key: str = ""
     parent_session_key: str = ""  # the parent session's key, scoped like session_key ("": none)
+    tenant: str = ""  # the caller's key digest: per-key shares at admission (routing/scheduling/key_shares.py)
     # The conversation already has a reply in it: a session's later turn, never a new session, even at a Router
     # replica that has not placed it before (its own Router died, or a compaction moved it).
     continues: bool = False

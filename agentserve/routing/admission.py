@@ -1,9 +1,15 @@
-"""Admission: when every replica is saturated, wait in priority order, bounded in length and time.
+"""Admission: when every replica is saturated, wait in rank order, bounded in length and time.
 
-The key follows Dynamo's fcfs policy: `arrival - priority_jump`, so a priority (or
-latency_sensitivity) of p seconds lets a request overtake those that arrived up to p seconds
-earlier. A request never waits forever: a full queue or a wait past `max_wait_s` is rejected with a
-retry hint, which the APIs render as 503/529 with `Retry-After`.
+The order is FCFS by default, as Dynamo's fcfs policy: `arrival - priority_jump`, so a priority (or
+latency_sensitivity) of p seconds lets a request overtake those that arrived up to p seconds earlier. Rank terms
+(routing/scheduling: per-key shares, interactive first, least attained service per session) go before that key
+when enabled; terms whose value changes while a request waits are re-read whenever the queue admits. A request
+never waits forever: a full queue or a wait past `max_wait_s` is rejected with a retry hint, which the APIs render
+as 529 (Anthropic) / 503 with `Retry-After` before any byte. With a rank term on, a full queue rejects its
+lowest-ranked waiter rather than a newcomer that ranks above it (`shed_lowest`).
+
+Two ways in: `wait` (asyncio, the Router deployment) and `offer` with callbacks plus `expire` (the simulator's
+virtual clock). `pump`'s admit function may return `DEFER`: this waiter cannot go now (KV pressure), try the next.
 """
 
 from __future__ import annotations
@@ -11,34 +17,59 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Final, Generic, Sequence, TypeVar
 
 from agentserve.protocol.errors import RequestError
+from agentserve.routing.scheduling.base import RankTerm, Waiting
 
 T = TypeVar("T")
 
 
-@dataclass(order=True)
-class _Waiter:
-    key: float
-    seq: int
-    future: asyncio.Future = field(compare=False)
-    item: Any = field(compare=False)
+class _Defer:
+    def __repr__(self) -> str:
+        return "DEFER"
+
+
+DEFER: Final = _Defer()
+MAX_DEFERRED = 64  # waiters passed over per pump before it stops looking (bounds a pump's work)
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    w: Waiting
+    resolve: Callable[[Any], None]
+    reject: Callable[[RequestError], None]
+    deadline: float
+    done: bool = False
+    future: asyncio.Future | None = None  # `wait`'s: a cancelled caller is skipped
+
+    @property
+    def live(self) -> bool:
+        return not self.done and (self.future is None or not self.future.done())
 
 
 class AdmissionQueue(Generic[T]):
-    def __init__(self, *, max_waiting: int, max_wait_s: float, retry_after_s: float, clock: Callable[[], float]) -> None:
-        self._heap: list[_Waiter] = []
+    def __init__(
+        self, *, max_waiting: int, max_wait_s: float, retry_after_s: float, clock: Callable[[], float],
+        terms: Sequence[RankTerm] = (), shed_lowest: bool = True,
+    ) -> None:  # fmt: skip
+        self._terms = tuple(terms)
+        self._dynamic = any(t.dynamic for t in self._terms)
+        self._heap: list[tuple[tuple, Ticket]] = []  # static order: ranked once, on arrival
+        self._list: list[Ticket] = []  # dynamic order: ranked at each admission
         self._seq = itertools.count()
         self._max_waiting = max_waiting
         self._max_wait = max_wait_s
         self._retry_after = retry_after_s
         self._clock = clock
+        self._shed_lowest = shed_lowest and bool(self._terms)
         self.rejected = 0
 
     def __len__(self) -> int:
-        return sum(1 for w in self._heap if not w.future.done())
+        if self._dynamic:
+            return sum(1 for t in self._list if t.live)
+        return sum(1 for _, t in self._heap if t.live)
 
     def overloaded(self, why: str) -> RequestError:
         self.rejected += 1
@@ -49,29 +80,116 @@ class AdmissionQueue(Generic[T]):
             retry_after=self._retry_after,
         )
 
+    def rank(self, w: Waiting, now: float) -> tuple:
+        return (*(t.value(w, now) for t in self._terms), w.arrival - w.jump, w.seq)
+
+    # -- entering ------------------------------------------------------------------
+    def offer(
+        self, item: Any, priority_jump: float, resolve: Callable[[T], None], reject: Callable[[RequestError], None]
+    ) -> Ticket:
+        """Queue `item`; `resolve` gets its result from `pump`, `reject` an overloaded error (a lower-ranked
+        newcomer displaced it, or `expire`). Raises RequestError('overloaded') when the queue is full."""
+        now = self._clock()
+        ticket = Ticket(Waiting(item, now, priority_jump, next(self._seq)), resolve, reject, now + self._max_wait)
+        if len(self) >= self._max_waiting and not self._displace_for(ticket, now):
+            raise self.overloaded(f"{self._max_waiting} requests already waiting")
+        if self._dynamic:
+            self._list.append(ticket)
+        else:
+            heapq.heappush(self._heap, (self.rank(ticket.w, now), ticket))
+        return ticket
+
     async def wait(self, item: Any, priority_jump: float) -> T:
         """Wait until `pump` hands this item a result; raises RequestError('overloaded') instead of hanging."""
-        if len(self) >= self._max_waiting:
-            raise self.overloaded(f"{self._max_waiting} requests already waiting")
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, _Waiter(self._clock() - priority_jump, next(self._seq), fut, item))
+        ticket = self.offer(item, priority_jump, fut.set_result, fut.set_exception)
+        ticket.future = fut
         try:
             return await asyncio.wait_for(fut, self._max_wait)
         except asyncio.TimeoutError:
             raise self.overloaded(f"waited {self._max_wait:g}s for capacity") from None
+        finally:
+            ticket.done = True
 
-    def pump(self, try_admit: Callable[[Any], T | None]) -> int:
-        """Admit waiters in key order while `try_admit` finds room; returns how many were admitted."""
+    def _displace_for(self, newcomer: Ticket, now: float) -> bool:
+        """Full queue: reject the lowest-ranked waiter if the newcomer ranks above it (shed_lowest only)."""
+        if not self._shed_lowest:
+            return False
+        live = [t for t in self._tickets() if t.live]
+        if not live:
+            return True
+        worst = max(live, key=lambda t: self.rank(t.w, now))
+        if self.rank(worst.w, now) <= self.rank(newcomer.w, now):
+            return False
+        self._finish(worst)
+        worst.reject(self.overloaded("displaced by a higher-ranked request"))
+        return True
+
+    # -- leaving ---------------------------------------------------------------------
+    def pump(self, try_admit: Callable[[Any], T | None | _Defer]) -> int:
+        """Admit waiters in rank order while `try_admit` finds room (None: no room for anyone; DEFER: not for
+        this one, try the next); returns how many were admitted."""
         admitted = 0
-        while self._heap:
-            head = self._heap[0]
-            if head.future.done():
-                heapq.heappop(self._heap)
-                continue
-            result = try_admit(head.item)
-            if result is None:
+        deferred: list[Ticket] = []
+        now = self._clock()
+        while len(deferred) < MAX_DEFERRED:
+            ticket = self._pop_best(now)
+            if ticket is None:
                 break
-            heapq.heappop(self._heap)
-            head.future.set_result(result)
+            result = try_admit(ticket.w.req)
+            if result is None:
+                deferred.append(ticket)
+                break
+            if result is DEFER:
+                deferred.append(ticket)
+                continue
+            self._finish(ticket)
+            ticket.resolve(result)
             admitted += 1
+        for ticket in deferred:
+            self._put_back(ticket, now)
         return admitted
+
+    def expire(self) -> int:
+        """Reject every waiter past `max_wait_s` (the simulator's clock; `wait` times out by itself)."""
+        now = self._clock()
+        late = [t for t in self._tickets() if t.live and t.deadline <= now]
+        for t in late:
+            self._finish(t)
+            t.reject(self.overloaded(f"waited {self._max_wait:g}s for capacity"))
+        return len(late)
+
+    # -- internals -------------------------------------------------------------------
+    def _tickets(self) -> list[Ticket]:
+        return self._list if self._dynamic else [t for _, t in self._heap]
+
+    def _finish(self, ticket: Ticket) -> None:
+        ticket.done = True
+        if self._dynamic:
+            try:
+                self._list.remove(ticket)
+            except ValueError:
+                pass
+        # heap entries of finished tickets are dropped when they reach the top
+
+    def _pop_best(self, now: float) -> Ticket | None:
+        if not self._dynamic:
+            while self._heap:
+                _, ticket = heapq.heappop(self._heap)
+                if ticket.live:
+                    return ticket
+            return None
+        self._list = [t for t in self._list if t.live]
+        if not self._list:
+            return None
+        best = min(range(len(self._list)), key=lambda i: self.rank(self._list[i].w, now))
+        ticket = self._list[best]
+        self._list[best] = self._list[-1]
+        self._list.pop()
+        return ticket
+
+    def _put_back(self, ticket: Ticket, now: float) -> None:
+        if self._dynamic:
+            self._list.append(ticket)
+        else:
+            heapq.heappush(self._heap, (self.rank(ticket.w, now), ticket))

@@ -45,14 +45,14 @@ class CatalogRouter:
         return self._model_of.get(replica)
 
     # -- membership -----------------------------------------------------------
-    def register(self, replica: str, model: str | None, *, events: bool) -> None:
+    def register(self, replica: str, model: str | None, *, events: bool, kv_blocks: int | None = None) -> None:
         model = model or self.default
         router = self.for_model(model)
         previous = self._model_of.get(replica)
         if previous is not None and previous != model:  # an id reused under another model: leave the old index
             self.routers[previous].remove(replica)
         self._model_of[replica] = model
-        router.register(replica, events=events)
+        router.register(replica, events=events, kv_blocks=kv_blocks)
 
     def heartbeat(self, replica: str) -> bool:
         router = self.for_replica(replica)

@@ -38,6 +38,7 @@ class CostConfig:
     session_spread: float | None = 1.1  # None: new sessions placed by cost alone
     max_in_flight: int | None = None  # per replica; over it a replica takes no new requests
     max_active_tokens: int | None = None  # pending prefill + active KV tokens per replica
+    max_prefill_tokens: int | None = None  # pending (uncached, not yet prefilled) prompt tokens per replica
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,8 @@ def request_blocks(prompt_tokens: int, osl: int | None, max_tokens: int, cfg: Co
 
 def saturated(load: ReplicaLoad, cfg: CostConfig) -> bool:
     if cfg.max_in_flight is not None and load.in_flight >= cfg.max_in_flight:
+        return True
+    if cfg.max_prefill_tokens is not None and load.prefill_tokens >= cfg.max_prefill_tokens:
         return True
     if cfg.max_active_tokens is not None:
         tokens = load.prefill_tokens + load.active_blocks * cfg.block_size

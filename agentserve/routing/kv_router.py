@@ -3,7 +3,8 @@
 Plain Python (asyncio only for admission waits); `serve/deployments/router.py` wraps it as the Router deployment
 and feeds it KV events. It keeps the state (the index from engine KV events, the index learned from its own
 decisions, load leases, sessions, the admission queue) and asks its routing policy (routing/policies: kv, approx,
-least_loaded, round_robin) which replica takes each request.
+least_loaded, round_robin) which replica takes each request. Session-aware scheduling (routing/scheduling: the
+admission order; routing/kv_pressure.py: which idle sessions keep their KV) is off unless configured.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from typing import Callable, Iterable
 
 from agentserve.protocol import RouteDecision, RouteRequest
 from agentserve.protocol.cluster import ReplicaStats
-from agentserve.routing.admission import AdmissionQueue
+from agentserve.routing.admission import DEFER, AdmissionQueue
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import Candidate, Choice, CostConfig, request_blocks, saturated
 from agentserve.routing.index import ApplyStats, EventIndex
 from agentserve.kv_events.format import KvEvent
+from agentserve.routing.kv_pressure import KvPressure
 from agentserve.routing.load import LoadTracker, ReplicaLoad
 from agentserve.routing.policies import Placement, PolicyName, PrefixIndexes, RoutingPolicy, make_policy
+from agentserve.routing.scheduling import SchedulingConfig, make_terms
 from agentserve.routing.sessions import SessionTable
 
 
@@ -39,6 +42,7 @@ class RouterConfig:
     max_sessions: int = 100_000
     resident_s: float = 30.0  # a session counts toward its replica's carried sessions this long after a turn
     lease_s: float = 15.0  # a routed request nobody renews (engine heartbeat) for this long is released
+    scheduling: SchedulingConfig = SchedulingConfig()  # all off: FCFS admission, the engine's LRU decides
 
 
 @dataclass
@@ -65,21 +69,30 @@ class KvRouter:
         self._load = LoadTracker(foreign_blocks=request_blocks(0, None, 1 << 30, cfg.cost))
         self._replicas: dict[str, _Replica] = {}
         self._sessions = SessionTable(resident_s=cfg.resident_s, max_sessions=cfg.max_sessions)
+        sched = cfg.scheduling
+        self._terms = make_terms(sched)
         self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
-            max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock
-        )
+            max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock,
+            terms=self._terms, shed_lowest=sched.shed_lowest,
+        )  # fmt: skip
+        self._kv = KvPressure(
+            high_watermark=sched.kv_high_watermark, keep_gap_s=sched.kv_keep_gap_s, max_sessions=cfg.max_sessions
+        ) if sched.kv_pressure else None  # fmt: skip
         self._next_sweep = 0.0
         self.counters = {"routed": 0, "prefix": 0, "affinity": 0, "queued": 0, "lapsed": 0}
 
     # -- membership -----------------------------------------------------------
-    def register(self, replica: str, *, events: bool) -> None:
-        """A replica joined (or restarted under the same id: its cache is empty again)."""
+    def register(self, replica: str, *, events: bool, kv_blocks: int | None = None) -> None:
+        """A replica joined (or restarted under the same id: its cache is empty again). `kv_blocks`: its KV
+        capacity in blocks, where the engine says (KV-pressure awareness needs it)."""
         if replica in self._replicas:
             self._events.clear(replica)
             self._learned.clear(replica)
         self._replicas[replica] = _Replica(self._clock(), events)
         for part in (self._events, self._learned, self._load):
             part.add_replica(replica)
+        if self._kv is not None:
+            self._kv.set_capacity(replica, kv_blocks)
         self._pump()
 
     def heartbeat(self, replica: str) -> bool:
@@ -97,6 +110,8 @@ class KvRouter:
         self._events.remove_replica(replica)
         self._learned.remove_replica(replica)
         self._sessions.forget_replica(replica)
+        if self._kv is not None:
+            self._kv.forget_replica(replica)
         return self._load.remove_replica(replica)
 
     def expire(self) -> list[str]:
@@ -130,7 +145,12 @@ class KvRouter:
 
     # -- routing -------------------------------------------------------------
     def try_route(self, req: RouteRequest) -> RouteDecision | None:
-        """Route now, or None when every replica is saturated."""
+        """Route now, or None when it must wait (every replica saturated, or none with KV room for it)."""
+        decision = self._place(req)
+        return decision if isinstance(decision, RouteDecision) else None
+
+    def _place(self, req: RouteRequest) -> RouteDecision | None | object:
+        """Route now; None when every replica is saturated, DEFER when some have slots but no KV room for it."""
         self.expire()
         self.sweep_leases()
         if not self._replicas:
@@ -151,6 +171,11 @@ class KvRouter:
             # home is where its prefix is, as its own Router would have kept it, not a new session's spread.
             best = max(overlaps, key=overlaps.__getitem__)
             home = best if overlaps[best] > 0 else None
+        if self._kv is not None and policy.uses_sessions:
+            kv = self._kv_candidates(req, session, home, cands, overlaps, new_blocks)
+            if not isinstance(kv, tuple):
+                return kv
+            cands, home = kv
         new_session = bool(session) and home is None and not continuing
         placement = Placement(cands, req.prompt_tokens, new_blocks, home, new_session)
         choice = policy.pick(placement, self.cfg.cost, self._rng)
@@ -160,12 +185,27 @@ class KvRouter:
         return RouteDecision(replica_id=choice.replica, overlap_blocks=choice.overlap_blocks, reason=choice.reason)
 
     async def route(self, req: RouteRequest) -> RouteDecision:
-        decision = self.try_route(req)
-        if decision is not None:
+        decision = self._place(req)
+        if isinstance(decision, RouteDecision):
             return decision
         self.counters["queued"] += 1
-        jump = float(req.hints.priority) + float(req.hints.latency_sensitivity or 0.0)
-        return await self._queue.wait(req, jump)
+        return await self._queue.wait(req, _jump(req))
+
+    def offer(
+        self, req: RouteRequest, admitted: Callable[[RouteDecision], None], rejected: Callable[[Exception], None]
+    ) -> RouteDecision | None:
+        """`route` without asyncio (the simulator's virtual clock): the decision now, or None and later one of
+        the callbacks (`expire_waiting` rejects waits past max_wait_s). Raises RequestError('overloaded') when
+        the queue is full."""
+        decision = self._place(req)
+        if isinstance(decision, RouteDecision):
+            return decision
+        self.counters["queued"] += 1
+        self._queue.offer(req, _jump(req), admitted, rejected)
+        return None
+
+    def expire_waiting(self) -> int:
+        return self._queue.expire()
 
     def route_to(self, req: RouteRequest, replica: str) -> RouteDecision | None:
         """Account a request pinned to a replica by the caller (speculative prefill); None if the replica is
@@ -185,6 +225,7 @@ class KvRouter:
 
     def release(self, request_id: str) -> None:
         self._load.release(request_id)
+        self._ended(request_id)
         self._pump()
 
     def report(self, first_tokens: Iterable[str] = (), finished: Iterable[str] = (), replica: str | None = None) -> None:
@@ -198,6 +239,7 @@ class KvRouter:
         for rid in finished:
             if self._load.release(rid) is None and replica is not None:
                 self._load.foreign_ended(replica, rid)
+            self._ended(rid)
         self._pump()
 
     def renew(self, request_ids: Iterable[str], replica: str | None = None) -> None:
@@ -215,6 +257,8 @@ class KvRouter:
             return []
         self._next_sweep = now + 1.0
         gone = self._load.lapsed(now)
+        for rid in gone:
+            self._ended(rid)
         if gone:
             self.counters["lapsed"] += len(gone)
             self._pump()
@@ -249,7 +293,40 @@ class KvRouter:
             )
         return out
 
+    def kept_sessions(self, replica: str) -> dict[str, float]:
+        """KV-pressure awareness: the idle sessions whose blocks `replica` keeps (session key -> own blocks);
+        empty when it is off. What an engine eviction hook would protect."""
+        return self._kv.kept(replica, self._clock()) if self._kv is not None else {}
+
+    def kv_use(self, replica: str) -> tuple[float, float, float | None]:
+        """(running requests' blocks, kept idle sessions' blocks, capacity) as KV-pressure awareness counts them."""
+        return self._kv.used(replica, self._clock()) if self._kv is not None else (0.0, 0.0, None)
+
     # -- internals -----------------------------------------------------------
+    def _kv_candidates(
+        self, req: RouteRequest, session: str, home: str | None, cands: tuple[Candidate, ...],
+        overlaps: dict[str, int], new_blocks: float,
+    ) -> tuple[tuple[Candidate, ...], str | None] | None | object:
+        """The candidates with KV room for this request, and its home (none when its home gave its blocks up and
+        they are gone); None / DEFER when none has room (every replica saturated / some have slots)."""
+        kv, now = self._kv, self._clock()
+        assert kv is not None
+        if home is not None and kv.gave_up(session, now):
+            if overlaps.get(home, 0) * self.cfg.cost.block_size < req.prompt_tokens // 2:
+                home = None  # its blocks are gone: placed where there is room, not sent back to evict others'
+        own = kv.own_blocks(session, new_blocks, max(overlaps.values(), default=0))
+        fits = tuple(c for c in cands if kv.admits(c.replica, session, own, c.load.in_flight, now))
+        if fits:
+            return fits, home
+        if all(saturated(c.load, self.cfg.cost) for c in cands):
+            return None
+        self.counters["kv_deferred"] = self.counters.get("kv_deferred", 0) + 1
+        return DEFER
+
+    def _ended(self, request_id: str) -> None:
+        if self._kv is not None:
+            self._kv.ended(request_id, self._clock())
+
     def _index_size(self, replica: str) -> int:
         return self._events.index.size(replica) + self._learned.index.size(replica)
 
@@ -266,7 +343,15 @@ class KvRouter:
 
     def _commit(self, req: RouteRequest, choice: Choice, new_blocks: float, session: str) -> None:
         uncached = max(0, req.prompt_tokens - choice.overlap_blocks * self.cfg.cost.block_size)
-        self._load.start(req.request_id, choice.replica, uncached, new_blocks, self._clock() + self.cfg.lease_s)
+        now = self._clock()
+        self._load.start(req.request_id, choice.replica, uncached, new_blocks, now + self.cfg.lease_s)
+        if self._terms:
+            cost = self.cfg.cost
+            served = uncached + min(req.hints.osl if req.hints.osl is not None else cost.default_osl, req.max_tokens)
+            for term in self._terms:
+                term.charge(req, served, now)
+        if self._kv is not None:
+            self._kv.started(req.request_id, session, choice.replica, new_blocks, choice.overlap_blocks)
         if self._policy.learns:
             self._learned.learn(choice.replica, req.block_hashes)
         if session:
@@ -277,7 +362,7 @@ class KvRouter:
 
     def _pump(self) -> None:
         if len(self._queue):
-            self._queue.pump(self.try_route)
+            self._queue.pump(self._place)
 
     def _policy_named(self, name: str) -> RoutingPolicy:
         policy = self._policies.get(name)
@@ -296,3 +381,8 @@ class KvRouter:
         unknown name."""
         self._policy = self._policy_named(name)
         self.cfg = replace(self.cfg, policy=name)
+
+
+def _jump(req: RouteRequest) -> float:
+    """The FCFS overtaking a request's priority hints buy it, in seconds."""
+    return float(req.hints.priority) + float(req.hints.latency_sensitivity or 0.0)

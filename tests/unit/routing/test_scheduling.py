@@ -1,0 +1,251 @@
+"""Session-aware admission order (routing/scheduling, routing/admission.py): switches off is exactly FCFS; a short
+interactive session overtakes a long session's backlog; per-key shares hold; nothing waits past max_wait_s."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentserve.config import RouterSpec, SchedulingSpec
+from agentserve.protocol import AgentHints, RouteRequest
+from agentserve.protocol.errors import RequestError
+from agentserve.routing.admission import AdmissionQueue
+from agentserve.routing.cost import CostConfig
+from agentserve.routing.kv_router import KvRouter, RouterConfig
+from agentserve.routing.scheduling import SchedulingConfig, make_terms
+
+BS = 16
+KINDS = ("user_message", "tool_result", "compaction", "subagent_spawn", "other")
+
+
+def req(i: int, session: str = "", *, kind: str = "other", tenant: str = "", tokens: int = 64, priority: int = 0,
+        osl: int = 16) -> RouteRequest:
+    return RouteRequest.model_construct(
+        request_id=f"r{i}", model="m", block_hashes=[hash((session, i, k)) for k in range(tokens // BS)],
+        prompt_tokens=tokens, max_tokens=64, hints=AgentHints(session_id=session or None, kind=kind,
+                                                              priority=priority, osl=osl),
+        session_key=session, parent_session_key="", tenant=tenant, continues=False,
+    )  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def router(clock: Clock, sched: SchedulingConfig = SchedulingConfig(), *, slots: int = 1, replicas: int = 1,
+           max_waiting: int = 1024, max_wait_s: float = 30.0) -> KvRouter:
+    cfg = RouterConfig(cost=CostConfig(block_size=BS, max_in_flight=slots), max_waiting=max_waiting,
+                       max_wait_s=max_wait_s, expire_after_s=1e9, lease_s=1e9, scheduling=sched)
+    r = KvRouter(cfg, clock=clock)
+    for k in range(replicas):
+        r.register(f"e{k}", events=True, kv_blocks=None)
+    return r
+
+
+
+def run_order(r: KvRouter, first: RouteRequest, waiters: list[RouteRequest], clock: Clock) -> list[str]:
+    """One slot busy with `first`; `waiters` queue (1 ms apart); the slot is handed on one release at a time."""
+    order: list[str] = []
+    assert r.offer(first, order.append, pytest.fail) is not None
+    for w in waiters:
+        clock.t += 0.001
+        assert r.offer(w, lambda d, rid=w.request_id: order.append(rid), pytest.fail) is None
+    del order[:]
+    current = first.request_id
+    while len(order) < len(waiters):
+        r.release(current)
+        current = order[-1]
+    return order
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(KINDS), st.integers(0, 3), st.integers(16, 400)),
+                min_size=1, max_size=25))
+def test_with_every_switch_off_the_order_is_exactly_fcfs_with_priority_jumps(spec):
+    clock = Clock()
+    r = router(clock)
+    waiters = [req(i + 1, f"s{s}", kind=k, priority=p, tokens=t) for i, (s, k, p, t) in enumerate(spec)]
+    order = run_order(r, req(0, "busy"), waiters, clock)
+    # arrival - priority (arrivals 1 ms apart), then arrival order: Dynamo's fcfs key, as before scheduling existed
+    expected = sorted(range(len(waiters)), key=lambda i: (0.001 * (i + 1) - waiters[i].hints.priority, i))
+    assert order == [waiters[i].request_id for i in expected]
+
+
+def test_the_default_spec_is_every_switch_off():
+    spec = RouterSpec().scheduling
+    assert not (spec.session_fairness or spec.interactive_first or spec.key_shares or spec.kv_pressure)
+    assert make_terms(SchedulingConfig(**spec.model_dump())) == ()
+
+
+def _long_backlog_then_short(sched: SchedulingConfig, kind_long: str, kind_short: str) -> list[str]:
+    clock = Clock()
+    r = router(clock, sched)
+    # The long session has been served for a while (20 turns of 4K tokens) ...
+    for i in range(20):
+        clock.t += 1
+        r.release(r.try_route(req(100 + i, "long", tokens=4096, kind="tool_result")).replica_id and f"r{100 + i}")
+    # ... and has 8 requests waiting (a subagent fan-out) when a short session's user turn arrives.
+    backlog = [req(200 + i, "long", kind=kind_long, tokens=4096) for i in range(8)]
+    short = req(300, "short", kind=kind_short, tokens=512)
+    return run_order(r, req(0, "busy"), [*backlog, short], clock)
+
+
+def test_a_short_interactive_session_overtakes_a_long_sessions_backlog_at_saturation():
+    fcfs = _long_backlog_then_short(SchedulingConfig(), "tool_result", "user_message")
+    assert fcfs[-1] == "r300"  # today: behind all eight
+    for sched in (SchedulingConfig(session_fairness=True), SchedulingConfig(interactive_first=True)):
+        assert _long_backlog_then_short(sched, "tool_result", "user_message")[0] == "r300", sched
+    # Fairness alone also lifts a short session's background turn over the long session's.
+    assert _long_backlog_then_short(SchedulingConfig(session_fairness=True), "tool_result", "tool_result")[0] == "r300"
+
+
+def test_interactive_first_puts_user_messages_before_background_within_fairness():
+    clock = Clock()
+    r = router(clock, SchedulingConfig(session_fairness=True, interactive_first=True))
+    waiters = [req(1, "a", kind="tool_result"), req(2, "b", kind="compaction"), req(3, "c", kind="user_message"),
+               req(4, "d", kind="other"), req(5, "e", kind="user_message")]
+    order = run_order(r, req(0, "busy"), waiters, clock)
+    assert order[:2] == ["r3", "r5"] and sorted(order[2:]) == ["r1", "r2", "r4"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.25, 4.0), st.integers(16, 1024), st.integers(16, 1024))
+def test_per_key_shares_hold_within_tolerance(weight, size_a, size_b):
+    """Two keys always backlogged: service (tokens) splits as their weights, whatever their request sizes."""
+    ka, kb = "a" * 64, "b" * 64
+    clock = Clock()
+    r = router(clock, SchedulingConfig(key_shares=True, key_weights={ka: weight, kb: 1.0}, service_half_life_s=1e9))
+    served = {ka: 0, kb: 0}
+    sizes = {ka: size_a, kb: size_b}
+    n = itertools.count(1)
+    running = ["r0"]
+    assert r.offer(req(0, "x"), lambda d: None, pytest.fail)
+
+    def submit(key: str) -> None:
+        i = next(n)
+        rq = req(i, f"{key[0]}{i}", tenant=key, tokens=sizes[key], osl=0)
+        r.offer(rq, lambda d, rq=rq: (running.append(rq.request_id), served.__setitem__(key, served[key] + rq.prompt_tokens),
+                                     submit(key)), pytest.fail)  # fmt: skip
+
+    for _ in range(4):
+        submit(ka), submit(kb)
+    for _ in range(400):
+        clock.t += 0.01
+        r.release(running.pop(0))
+    ratio = served[ka] / served[kb]
+    # within one request of each key's size of the exact split
+    total = served[ka] + served[kb]
+    exact_a = total * weight / (weight + 1)
+    assert abs(served[ka] - exact_a) <= max(size_a, size_b) * 1.5, (ratio, weight)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.sampled_from(KINDS), st.floats(0, 3), st.booleans()),
+                min_size=1, max_size=60),
+       st.sampled_from([SchedulingConfig(), SchedulingConfig(session_fairness=True, interactive_first=True),
+                        SchedulingConfig(session_fairness=True, interactive_first=True, key_shares=True)]))
+def test_nothing_starves_every_waiter_is_admitted_or_told_to_retry_within_max_wait(events, sched):
+    clock = Clock()
+    r = router(clock, sched, slots=2, replicas=2, max_waiting=8, max_wait_s=5.0)
+    outcome: dict[str, tuple[str, float]] = {}
+    arrived: dict[str, float] = {}
+    running: list[str] = []
+    for i, (session, kind, dt, release) in enumerate(events):
+        clock.t += dt
+        r.expire_waiting()
+        if release and running:
+            r.release(running.pop(0))
+        rq = req(i, f"s{session}", kind=kind, tenant=f"{session % 2}" * 64)
+        arrived[rq.request_id] = clock.t
+
+        def ok(d, rid=rq.request_id):
+            outcome[rid] = ("admitted", clock.t)
+            running.append(rid)
+
+        def no(e, rid=rq.request_id):
+            assert isinstance(e, RequestError) and e.kind == "overloaded" and e.retry_after
+            outcome[rid] = ("retry", clock.t)
+
+        try:
+            if r.offer(rq, ok, no) is not None:
+                ok(None)
+        except RequestError as e:
+            no(e)
+    for _ in range(4):  # time runs on with nothing released
+        clock.t += 2.0
+        r.expire_waiting()
+    assert set(outcome) == set(arrived)
+    for rid, (_, at) in outcome.items():
+        assert at - arrived[rid] <= 5.0 + 2.0 + 3.0  # within max_wait (checked at the next step)
+    assert r.waiting == 0
+
+
+def test_a_full_queue_turns_away_its_lowest_ranked_waiter_not_a_higher_ranked_newcomer():
+    clock = Clock()
+    r = router(clock, SchedulingConfig(interactive_first=True), max_waiting=2)
+    r.offer(req(0, "busy"), lambda d: None, pytest.fail)
+    got: dict[str, object] = {}
+    for i, kind in ((1, "tool_result"), (2, "tool_result")):
+        r.offer(req(i, f"s{i}", kind=kind), lambda d, i=i: got.__setitem__(f"r{i}", d),
+                lambda e, i=i: got.__setitem__(f"r{i}", e))
+    r.offer(req(3, "s3", kind="user_message"), lambda d: got.__setitem__("r3", d), pytest.fail)
+    assert isinstance(got["r2"], RequestError) and got["r2"].retry_after  # the newest background waiter
+    with pytest.raises(RequestError):  # a background newcomer ranks below every waiter: it is the one turned away
+        r.offer(req(4, "s4", kind="tool_result"), pytest.fail, pytest.fail)
+    r.release("r0")
+    assert "r3" in got and not isinstance(got["r3"], RequestError)
+
+
+def test_the_async_path_orders_the_same_way():
+    async def go() -> list[str]:
+        clock = Clock()
+        r = router(clock, SchedulingConfig(session_fairness=True))
+        for i in range(5):
+            r.release(r.try_route(req(50 + i, "long", tokens=4096)).replica_id and f"r{50 + i}")
+        assert r.try_route(req(0, "busy")) is not None
+        done: list[str] = []
+
+        async def one(rq):
+            await r.route(rq)
+            done.append(rq.request_id)
+
+        tasks = [asyncio.create_task(one(req(1 + i, "long"))) for i in range(3)]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(one(req(9, "short"))))
+        await asyncio.sleep(0)
+        current = "r0"
+        for k in range(4):
+            r.release(current)
+            while len(done) <= k:
+                await asyncio.sleep(0.001)
+            current = done[-1]
+        await asyncio.gather(*tasks)
+        return done
+
+    assert asyncio.run(go())[0] == "r9"
+
+
+def test_scheduling_spec_checks_its_key_weights():
+    with pytest.raises(ValueError):
+        SchedulingSpec(key_weights={"not-a-digest": 1.0})
+    with pytest.raises(ValueError):
+        SchedulingSpec(key_weights={"a" * 64: 0.0})
+
+
+def test_admission_queue_alone_is_fcfs_without_terms():
+    clock = Clock()
+    q: AdmissionQueue[str] = AdmissionQueue(max_waiting=10, max_wait_s=1, retry_after_s=1, clock=clock)
+    got: list[str] = []
+    for i, jump in enumerate([0, 0, 5, 0]):
+        clock.t += 1
+        q.offer(req(i), jump, got.append, pytest.fail)
+    q.pump(lambda item: item.request_id)
+    assert got == ["r2", "r0", "r1", "r3"]
