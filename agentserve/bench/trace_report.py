@@ -1,0 +1,103 @@
+"""What a trace replay reports, the same for the simulator and a live graph: TTFT percentiles, program completion
+time by size, output tokens/s, cached share, re-prefilled tokens and the 529 (shed) rate.
+
+A program is a top-level session with its subagents; its completion time runs from its first arrival to the last
+response of any of its sessions, tool gaps included (what a user waits for). Programs with a shed request are
+left out of completion times and counted apart. Re-prefilled tokens are prompt tokens one shared unbounded cache
+would have held (the trace's reuse) but the serving side computed again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from agentserve.bench import results, stats
+from agentserve.offline.session_flow import Program, Served
+
+# Program size by its top-level session's requests: short sessions are what fairness is for.
+BUCKETS: tuple[tuple[str, int, int], ...] = (("short (<=12)", 1, 12), ("medium (13-29)", 13, 29), ("long (>=30)", 30, 1 << 30))
+
+
+def bucket(turns: int) -> str:
+    return next(name for name, lo, hi in BUCKETS if lo <= turns <= hi)
+
+
+def summarize(requests: Sequence[Served], programs: Sequence[Program]) -> dict[str, Any]:
+    """One row of figures for one replay."""
+    served = [r for r in requests if not r.shed]
+    ttft = [r.ttft - r.arrival for r in served]
+    t0 = min((r.arrival for r in requests), default=0.0)
+    t1 = max((r.end for r in requests), default=0.0)
+    prompt = sum(r.prompt_tokens for r in served)
+    cached = sum(r.cached_tokens for r in served)
+    out: dict[str, Any] = {
+        "requests": len(requests),
+        "served": len(served),
+        "shed": len(requests) - len(served),
+        "shed_rate": (len(requests) - len(served)) / max(1, len(requests)),
+        "ttft_s": stats.summary(ttft, digits=3),
+        "output_tokens_per_s": sum(r.output_tokens for r in served) / max(t1 - t0, 1e-9),
+        "cached_share": cached / max(1, prompt),
+        "reusable_share": sum(r.reusable_tokens for r in served) / max(1, prompt),
+        "reprefilled_tokens": sum(max(0, r.reusable_tokens - r.cached_tokens) for r in served),
+        "prompt_tokens": prompt,
+        "span_s": t1 - t0,
+        "programs": len(programs),
+        "programs_incomplete": sum(not p.complete for p in programs),
+    }
+    by_kind: dict[str, list[float]] = {}
+    for r in served:
+        by_kind.setdefault(r.kind, []).append(r.ttft - r.arrival)
+    out["ttft_by_kind_s"] = {k: stats.summary(v, digits=3) for k, v in sorted(by_kind.items())}
+    completion: dict[str, Any] = {}
+    for name, lo, hi in BUCKETS:
+        done = [p.end - p.start for p in programs if p.complete and lo <= p.turns <= hi]
+        completion[name] = stats.summary(done, digits=1)
+    out["completion_s"] = completion
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: one line per (replicas, load, policy)."""
+    names = [name for name, _, _ in BUCKETS]
+    head = ("| replicas | load | policy | TTFT p50 / p90 / p99 (s) | "
+            + " | ".join(f"completion p50 {n} (s)" for n in names)
+            + " | output tok/s | cached | re-prefilled (M tokens) | 529 rate |")
+    out = [head, "|---:|---:|---|---:|" + "---:|" * (len(names) + 4)]
+    for r in sorted(rows, key=lambda r: (r["replicas"], r["load"])):
+        t = r["ttft_s"]
+        p99 = f"{t['p99']:.2f}" if "p99" in t else "-"
+        comp = " | ".join(f"{r['completion_s'][n].get('p50', float('nan')):.0f}" for n in names)
+        out.append(
+            f"| {r['replicas']} | {r['load']:.0%} | {r['policy']} | {t['p50']:.2f} / {t['p90']:.2f} / {p99} | {comp} "
+            f"| {r['output_tokens_per_s']:.0f} | {r['cached_share']:.1%} | {r['reprefilled_tokens'] / 1e6:.2f} "
+            f"| {r['shed_rate']:.2%} |"
+        )
+    return "\n".join(out)
+
+
+def plot(rows: list[dict[str, Any]], path: Any, title: str) -> None:
+    """Per replica count (a row of panels): TTFT p99, short programs' completion p50, output tokens/s, cached
+    share and 529 rate against load, one line per policy."""
+    plt = results.pyplot()
+    ns = sorted({r["replicas"] for r in rows})
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    panels = (
+        ("TTFT p99 (s, log)", lambda r: r["ttft_s"].get("p99", r["ttft_s"]["p90"]), "log"),
+        ("short programs' completion p50 (s)", lambda r: r["completion_s"][BUCKETS[0][0]].get("p50", float("nan")), "linear"),
+        ("output tokens/s", lambda r: r["output_tokens_per_s"], "linear"),
+        ("cached share (%)", lambda r: 100 * r["cached_share"], "linear"),
+        ("529 rate (%)", lambda r: 100 * r["shed_rate"], "linear"),
+    )
+    fig, grid = plt.subplots(len(ns), len(panels), figsize=(4.2 * len(panels), 3.6 * len(ns)), squeeze=False)
+    for axes, n in zip(grid, ns):
+        for policy in policies:
+            pts = sorted((r for r in rows if r["replicas"] == n and r["policy"] == policy), key=lambda r: r["load"])
+            for ax, (_, get, _) in zip(axes, panels):
+                ax.plot([100 * p["load"] for p in pts], [get(p) for p in pts], marker="o", label=policy)
+        for ax, (label, _, scale) in zip(axes, panels):
+            ax.set(title=f"{label}, {n} replicas", xlabel="load (% of capacity)", yscale=scale)
+    grid[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    results.save_figure(fig, path, dpi=90)
