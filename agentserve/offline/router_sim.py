@@ -30,10 +30,12 @@ from typing import Any, Callable, Protocol
 
 from agentserve.offline.session_flow import SessionFlow
 from agentserve.protocol import AgentHints, RouteRequest
+from agentserve.protocol.errors import RequestError
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import CostConfig
 from agentserve.routing.kv_router import KvRouter, RouterConfig
 from agentserve.routing.policies import PolicyName
+from agentserve.routing.scheduling import SchedulingConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,34 +302,84 @@ class Oracle(_Base):
 BLOCK_SIZE_HINT = [128]
 
 
-class Ours(_Base):
-    """agentserve's KvRouter, fed by the simulated replicas' store/evict reports."""
+QUEUE_AT_PREFILL_TOKENS = 8192  # with scheduling on, a replica takes no request past this much pending prefill
 
-    def __init__(self, block_size: int, policy: PolicyName = "kv", **cost: Any) -> None:
+
+class Ours(_Base):
+    """agentserve's KvRouter, fed by the simulated replicas' store/evict reports.
+
+    With `scheduling` (routing/scheduling SchedulingConfig, even all off) its admission queue is in the loop, as
+    the Router deployment runs it under a saturation bound: a replica takes requests while it has less than
+    `max_prefill_tokens` of pending prefill (QUEUE_AT_PREFILL_TOKENS unless another bound is given), the rest wait
+    in the router in the scheduling order, and a full queue or a wait past `max_wait_s` sheds the turn (a 529
+    before any byte). The simulated replicas register with their KV capacity (`attach`), as engines do. Without
+    it, every request is placed at once and waits in its replica's FIFO (today's default: the engine's queue).
+
+    Requests carry what the Preprocessor gives the Router: session, parent session, kind, whether the
+    conversation continues. The synthetic workload's turns carry no kind: a session's first turn counts as a user
+    message, later ones as tool results."""
+
+    def __init__(
+        self, block_size: int, policy: PolicyName = "kv", scheduling: SchedulingConfig | None = None, *,
+        max_wait_s: float = 20.0, max_waiting: int = 1024, **cost: Any,
+    ) -> None:  # fmt: skip
         self.name = f"agentserve {policy}"
-        cfg = RouterConfig(cost=CostConfig(block_size=block_size, **cost), policy=policy, expire_after_s=1e18)
+        self.queues = scheduling is not None
+        if self.queues and not any(cost.get(k) for k in ("max_prefill_tokens", "max_in_flight", "max_active_tokens")):
+            cost["max_prefill_tokens"] = QUEUE_AT_PREFILL_TOKENS
+        # Leases never lapse: the simulated engines run every request to its end, as a heartbeat would renew it.
+        cfg = RouterConfig(
+            cost=CostConfig(block_size=block_size, **cost), policy=policy, expire_after_s=1e18, lease_s=1e18,
+            max_wait_s=max_wait_s, max_waiting=max_waiting, scheduling=scheduling or SchedulingConfig(),
+        )  # fmt: skip
         self._now = [0.0]
         self._r = KvRouter(cfg, clock=lambda: self._now[0])
         self._names: list[str] = []
+        self._kv_blocks: int | None = None
+        self._admit: Callable[[Request, int], None] = lambda req, i: None
+        self._shed: Callable[[Request], None] = lambda req: None
+
+    def attach(self, admit: Callable[[Request, int], None], shed: Callable[[Request], None], kv_blocks: int) -> None:
+        """The loop's callbacks for requests the queue admits or sheds later, and the replicas' KV capacity."""
+        self._admit, self._shed, self._kv_blocks = admit, shed, kv_blocks
+
+    def tick(self, now: float) -> None:
+        self._now[0] = now
+        self._r.expire_waiting()
 
     def route(self, req, replicas, now):
         self._now[0] = now
         if not self._names:
             self._names = [f"r{i}" for i in range(len(replicas))]
             for n in self._names:
-                self._r.register(n, events=True)
-        pre = RouteRequest.model_construct(
-            request_id=str(req.rid),
-            model="m",
-            block_hashes=req.blocks,
-            prompt_tokens=req.prompt_tokens,
-            hints=AgentHints(session_id=str(req.session.sid)),
-            max_tokens=4096,
-            session_key=str(req.session.sid),
-        )
-        d = self._r.try_route(pre)
-        assert d is not None and d.replica_id is not None
-        return int(d.replica_id[1:])
+                self._r.register(n, events=True, kv_blocks=self._kv_blocks)
+        pre = self._request(req)
+        if not self.queues:
+            d = self._r.try_route(pre)
+            assert d is not None and d.replica_id is not None
+            return int(d.replica_id[1:])
+        try:
+            d = self._r.offer(pre, lambda d: self._admit(req, int(d.replica_id[1:])), lambda e: self._shed(req))
+        except RequestError:
+            self._shed(req)
+            return -1
+        return -1 if d is None else int(d.replica_id[1:])
+
+    def _request(self, req: Request) -> RouteRequest:
+        s = req.session
+        kind = s.turns[req.turn].kind
+        if kind == "other":
+            kind = "user_message" if req.turn == 0 and s.parent is None else "tool_result"
+        if req.turn == 0 and s.parent is not None and kind == "tool_result":
+            kind = "subagent_spawn"
+        return RouteRequest.model_construct(
+            request_id=str(req.rid), model="m", block_hashes=req.blocks, prompt_tokens=req.prompt_tokens,
+            hints=AgentHints(session_id=str(s.sid), kind=kind), max_tokens=4096, session_key=str(s.sid),
+            parent_session_key=str(s.parent) if s.parent is not None else "", tenant="", continues=req.turn > 0,
+        )  # fmt: skip
+
+    def kv_use(self, replica: int) -> tuple[float, float, float | None]:
+        return self._r.kv_use(f"r{replica}")
 
     def stored(self, replica, ids):
         self._r.stored_hashes(f"r{replica}", ids)
@@ -402,12 +454,34 @@ def simulate(
         if new:
             router.stored(rep.idx, new)
 
+    def admit(req: Request, i: int) -> None:
+        """The router placed `req` on replica `i` (at once, or later from its admission queue)."""
+        rep = replicas[i]
+        req.replica = i
+        req.est_prefill_s = est_prefill(rep, req)
+        if rep.pending_work_s(now) > m.shed_after_s:
+            shed(req)
+            router.release(req)
+            return
+        rep.queue.append(req)
+        start_prefill(rep, now)
+
+    def shed(req: Request) -> None:
+        """Turned away (by a replica's backlog, or the router's full or timed-out queue): its session ends."""
+        nonlocal rejected
+        rejected += 1
+        for t1, s1, k1 in flow.shed(req, now):
+            push(t1, 0, (s1, k1))
+
+    tick = _attach_queue(router, admit, shed, m.kv_blocks)
     flow = flow or SessionFlow(sessions)
     for t0, s, k in flow.starts():
         push(t0, 0, (s, k))
     now = 0.0
     while heap:
         now, _, kind, obj = heapq.heappop(heap)
+        if tick is not None:
+            tick(now)
         if kind == 0:  # a turn arrives
             s, k = obj
             t = s.turns[k]
@@ -424,17 +498,8 @@ def simulate(
             seen_blocks.update(blocks)
             flow.arrived(req, now, hit * bs)
             i = router.route(req, replicas, now)
-            rep = replicas[i]
-            req.replica = i
-            req.est_prefill_s = est_prefill(rep, req)
-            if rep.pending_work_s(now) > m.shed_after_s:
-                rejected += 1
-                router.release(req)
-                for t1, s1, k1 in flow.shed(req, now):
-                    push(t1, 0, (s1, k1))
-                continue
-            rep.queue.append(req)
-            start_prefill(rep, now)
+            if i >= 0:  # else it waits in the router's queue (Ours with scheduling)
+                admit(req, i)
         elif kind == 1:  # prefill done: first token
             req = obj
             rep = replicas[req.replica]
@@ -481,6 +546,18 @@ def simulate(
         served_max_over_mean=max(served) / mean_s,
         upper_bound_hit_rate=ub_cached / max(ub_total, 1),
     )
+
+
+def _attach_queue(
+    router: SimRouter, admit: Callable[[Request, int], None], shed: Callable[[Request], None], kv_blocks: int
+) -> Callable[[float], None] | None:
+    """A router that queues (Ours with scheduling) gets the loop's admit and shed callbacks and the replicas' KV
+    capacity; its `tick` runs at every event (its clock, its queue's timeouts). None for routers that place every
+    request at once."""
+    if not getattr(router, "queues", False):
+        return None
+    router.attach(admit, shed, kv_blocks)  # type: ignore[attr-defined]
+    return router.tick  # type: ignore[attr-defined]
 
 
 def _pct(xs: list[float], q: float) -> float:

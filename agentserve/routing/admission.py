@@ -152,6 +152,8 @@ class AdmissionQueue(Generic[T]):
 
     def expire(self) -> int:
         """Reject every waiter past `max_wait_s` (the simulator's clock; `wait` times out by itself)."""
+        if not self._heap and not self._list:
+            return 0
         now = self._clock()
         late = [t for t in self._tickets() if t.live and t.deadline <= now]
         for t in late:
