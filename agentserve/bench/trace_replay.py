@@ -8,9 +8,10 @@
 --sim: every policy replays the same sessions at each (replicas, load); a turn arrives its recorded gap after its
 previous response ends in the simulation, a subagent when its spawning request ends, a waiting parent when its
 subagents end (offline/trace_workload.py). Load is a share of capacity: 100% = the replicas prefilling all the
-time with one shared unbounded cache. Policies: `round-robin`; `kv` (FCFS with today's KV routing); `kv+SWITCH[+...]`
-with SWITCH a field of routing/scheduling SchedulingConfig (session_fairness, interactive_first, key_shares,
-kv_pressure), where the simulator's router takes them; also `power-of-two`, `session-affinity`.
+time with one shared unbounded cache. Policies: `round-robin`; `kv` (today's KV routing, each request placed at once
+and queued FCFS at its replica); `kv+queue` (the same, waiting in the router's admission queue, FCFS);
+`kv+SWITCH[+...]` with SWITCH a boolean of routing/scheduling SchedulingConfig (session_fairness,
+interactive_first, key_shares, kv_pressure); also `power-of-two`, `session-affinity`.
 
 --live: see bench/trace_live.py. Both print a table and write JSON (+ PNG for --sim) via bench/results.py.
 """
@@ -52,14 +53,14 @@ def make_policy(spec: str, block_size: int) -> Callable[[], sim.SimRouter]:
         raise ValueError(f"unknown policy {spec!r}: round-robin, power-of-two, session-affinity, kv, kv+SWITCH...")
     from agentserve.routing.scheduling import SchedulingConfig
 
-    known = set(SchedulingConfig.__dataclass_fields__)
-    bad = [s for s in switches if s not in known or not isinstance(getattr(SchedulingConfig(), s), bool)]
+    known = {k for k in SchedulingConfig.__dataclass_fields__ if isinstance(getattr(SchedulingConfig(), k), bool)}
+    known.add("queue")  # the router's admission queue alone, FCFS: every switch off
+    bad = [s for s in switches if s not in known]
     if bad:
-        raise ValueError(f"{spec!r}: no scheduling switch {bad}; switches: "
-                         + ", ".join(sorted(k for k in known if isinstance(getattr(SchedulingConfig(), k), bool))))
+        raise ValueError(f"{spec!r}: no scheduling switch {bad}; switches: " + ", ".join(sorted(known)))
     if "scheduling" not in inspect.signature(sim.Ours).parameters:
         raise ValueError(f"{spec!r}: the simulator's router takes no scheduling switches yet (router_sim.Ours)")
-    cfg = SchedulingConfig(**{s: True for s in switches})
+    cfg = SchedulingConfig(**{s: True for s in switches if s != "queue"})
 
     def make() -> sim.SimRouter:
         r = sim.Ours(block_size, "kv", scheduling=cfg)  # type: ignore[call-arg]
@@ -91,7 +92,7 @@ def replay_sim(
     rows = []
     for spec in policies:
         router = make_policy(spec, block_size)()
-        flow = SessionFlow(scaled)
+        flow = SessionFlow(scaled, block_size)
         t0 = time.perf_counter()
         res = sim.simulate(router, replicas, scaled, w, m, flow=flow)
         row = {"replicas": replicas, "load": load, "policy": spec, "arrival_speedup": factor,

@@ -474,7 +474,7 @@ def simulate(
             push(t1, 0, (s1, k1))
 
     tick = _attach_queue(router, admit, shed, m.kv_blocks)
-    flow = flow or SessionFlow(sessions)
+    flow = flow or SessionFlow(sessions, bs)
     for t0, s, k in flow.starts():
         push(t0, 0, (s, k))
     now = 0.0
@@ -496,7 +496,7 @@ def simulate(
             ub_cached += hit * bs
             ub_total += t.prompt_tokens
             seen_blocks.update(blocks)
-            flow.arrived(req, now, hit * bs)
+            flow.arrived(req, now)
             i = router.route(req, replicas, now)
             if i >= 0:  # else it waits in the router's queue (Ours with scheduling)
                 admit(req, i)

@@ -26,6 +26,7 @@ class Served:
     """One request as the simulation saw it (shed: never served; its ttft and end are its arrival)."""
 
     session: int
+    turn: int  # the request's index in its session
     kind: str
     arrival: float
     ttft: float
@@ -49,7 +50,8 @@ class Program:
 
 
 class SessionFlow:
-    def __init__(self, sessions: list[Session]) -> None:
+    def __init__(self, sessions: list[Session], block_size: int) -> None:
+        self._bs = block_size
         self._by_id = {s.sid: s for s in sessions}
         self._roots = {s.sid: self._root(s) for s in sessions}
         self._waiting: dict[tuple[int, int], int] = {}  # (parent, turn) -> subagents still running
@@ -59,6 +61,7 @@ class SessionFlow:
         self._end: dict[int, float] = {}
         self._shed: set[int] = set()
         self._reusable: dict[int, int] = {}  # request id -> reusable tokens, while it is in flight
+        self._written: set[int] = set()  # every block of any earlier prompt or finished output
         self.requests: list[Served] = []
         self.t0 = min((s.start_s for s in sessions if s.parent is None), default=0.0)
 
@@ -77,10 +80,18 @@ class SessionFlow:
                 self._session_opened(s)
         return out
 
-    def arrived(self, req: Request, now: float, reusable_tokens: int) -> None:
+    def arrived(self, req: Request, now: float) -> None:
+        """Also what of its prompt one shared unbounded cache would hold: its leading blocks any earlier request
+        brought (prompt on arrival, output on its end: vLLM caches both)."""
         root = self._roots[req.session.sid]
         self._start[root] = min(self._start.get(root, now), now)
-        self._reusable[req.rid] = reusable_tokens
+        hit = 0
+        for h in req.blocks[: max(0, (req.prompt_tokens - 1) // self._bs)]:
+            if h not in self._written:
+                break
+            hit += 1
+        self._reusable[req.rid] = hit * self._bs
+        self._written.update(req.blocks)
 
     def shed(self, req: Request, now: float) -> list[Arrival]:
         self._record(req, now, now, shed=True)
@@ -90,6 +101,8 @@ class SessionFlow:
     def ended(self, req: Request, now: float) -> list[Arrival]:
         self._record(req, req.arrival + req.ttft, now, shed=False)
         s, k = req.session, req.turn
+        written = s.turns[k].written
+        self._written.update(written if written is not None else s.blocks[: (req.prompt_tokens + req.output_tokens) // self._bs])
         out: list[Arrival] = []
         for child in s.spawns.get(k, ()):
             c = self._by_id[child]
@@ -117,7 +130,7 @@ class SessionFlow:
     def _record(self, req: Request, first: float, end: float, *, shed: bool) -> None:
         turn = req.session.turns[req.turn]
         self.requests.append(Served(
-            req.session.sid, turn.kind, req.arrival, first, end, req.prompt_tokens, req.cached_tokens,
+            req.session.sid, req.turn, turn.kind, req.arrival, first, end, req.prompt_tokens, req.cached_tokens,
             self._reusable.pop(req.rid, 0), 0 if shed else req.output_tokens, shed,
         ))
         root = self._roots[req.session.sid]
