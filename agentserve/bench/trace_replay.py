@@ -118,12 +118,18 @@ def trace_info(path: Path, records: list[TraceRecord], sessions: list[sim.Sessio
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(argv or ())
+    if "--live" in argv and not {"-h", "--help"} & set(argv):  # its own options (bench/trace_live.py)
+        from agentserve.bench import trace_live
+
+        return trace_live.main([a for a in argv if a != "--live"])
     ap = argparse.ArgumentParser(prog="agentserve bench replay", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", help="a trace file (JSON lines, .gz ok): `agentserve trace generate` or the Ingress's")
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--sim", action="store_true", help="on the router simulator")
-    mode.add_argument("--live", action="store_true", help="against a running graph (bench/trace_live.py)")
+    mode.add_argument("--live", action="store_true",
+                      help="against a running graph: `agentserve bench replay TRACE --live --help` for its options")
     ap.add_argument("--replicas", default="4,16,64")
     ap.add_argument("--load", default="0.5,0.8,1.0,1.2,1.5", help="shares of capacity (--sim); --live: one speed-up")
     ap.add_argument("--policies", default="round-robin,kv")
@@ -132,13 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--block-size", type=int, default=0, help=f"replay block size (default max({DEFAULT_BLOCK_SIZE}, the trace's))")
     ap.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV blocks per simulated replica")
     ap.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/trace_replay_{sim,live}.json)")
-    args, rest = ap.parse_known_args(argv)
-    if args.live:
-        from agentserve.bench import trace_live
-
-        return trace_live.main([args.trace, *rest] + (["--out", args.out] if args.out else []))
-    if rest:
-        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+    args = ap.parse_args(argv)
     path = Path(args.trace)
     records = read_records(path)
     bs = args.block_size or max(DEFAULT_BLOCK_SIZE, tw.block_size_of(records))
