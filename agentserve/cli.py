@@ -129,6 +129,9 @@ def _trace_generate(ns: argparse.Namespace) -> int:
         changes[name] = tuple(parts) if parts is not None else type(default)(value)
     records = generate(TraceShape(**changes))  # type: ignore[arg-type]
     n = write_records(ns.output, records)
+    from agentserve.traces.shape import describe
+
+    print(json.dumps(describe(records)))
     print(f"{n} records, {len({r.session for r in records})} sessions -> {ns.output}")
     return 0
 

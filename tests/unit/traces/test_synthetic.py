@@ -135,3 +135,13 @@ def test_cli_generate(tmp_path, capsys):
     recs = read_records(out)
     assert recs == generate(TraceShape(sessions=2, seed=4, short_turns=(2, 3), subagent_share=0.0))
     assert main(["trace", "generate", "-o", str(out), "--set", "nope=1"]) == 2
+
+
+def test_describe_reports_the_published_terms():
+    from agentserve.traces.shape import describe
+
+    d = describe(_big())
+    assert d["sessions"] == 150 and 105 <= d["input_per_output_token"] <= 160
+    assert 80_000 <= d["context_at_turn_30_p10_p50_p90"][1] <= 140_000
+    assert 0.35 <= d["sessions_with_subagents"] <= 0.65 and d["sessions_compacting"] >= 1
+    assert 0.85 <= d["shared_cache_hit_rate"] <= 0.99
