@@ -240,9 +240,7 @@ class K8sValues(_Strict):
     preprocessor: CpuDeployment = CpuDeployment(min_replicas=2, max_replicas=16, target_ongoing_requests=8)
     # Router replicas, each with the whole prefix index (serve/deployments/router_calls.py): two lose no new
     # request when one dies (one Router meant ~20 s of refusals while Serve restarted it and it relearnt the cluster).
-    # 1 until the multi-node case is fixed: with two, a GPU node's death stalled the surviving engine's streams in
-    # tests/integration/test_multi_node.py (docs/OPERATIONS.md 2b).
-    router_replicas: int = Field(default=1, ge=1)
+    router_replicas: int = Field(default=2, ge=1)
     head: Head = Head()
     gpu_workers: GpuWorkers = GpuWorkers()
     cpu_workers: CpuWorkers = CpuWorkers()

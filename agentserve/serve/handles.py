@@ -17,8 +17,12 @@ carry").
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+from typing import Any
+
 from ray.serve._private.handle_options import DynamicHandleOptions
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
 
 def on_this_process(handle: DeploymentHandle) -> DeploymentHandle:
@@ -27,3 +31,25 @@ def on_this_process(handle: DeploymentHandle) -> DeploymentHandle:
     # The options object, not `.options()`: that would bind the handle's router now, in the constructor.
     options = DynamicHandleOptions(request_serialization="pickle", response_serialization="pickle")
     return DeploymentHandle(handle.deployment_name, handle.app_name, handle_options=options)
+
+
+def separate_call(handle: DeploymentHandle, method: str, *args: Any) -> DeploymentResponse:
+    """`handle.method.remote(*args)` as a call of its own to Serve's request router.
+
+    A call made inside a request inherits that request's internal id, and Serve's request router keys its pending
+    calls by that id: two calls from one request pending at once on one deployment's handle (the same signal to
+    every Router replica) leave the second out of its index, and the routing task that picks a replica for it can
+    never hand it over, so it loops without yielding and freezes every handle call of the process (found with two
+    Router replicas: a GPU pod's death stalled every stream of the Ingress). The call keeps the request id (logs)
+    and gets an internal id of its own.
+    """
+    return contextvars.copy_context().run(_remote_with_own_id, handle, method, args)
+
+
+def _remote_with_own_id(handle: DeploymentHandle, method: str, args: tuple[Any, ...]) -> DeploymentResponse:
+    from ray.serve import context
+    from ray.serve._private.utils import generate_request_id
+
+    current = context._get_serve_request_context()
+    context._serve_request_context.set(dataclasses.replace(current, _internal_request_id=generate_request_id()))
+    return getattr(handle, method).remote(*args)

@@ -34,7 +34,7 @@ from agentserve.ports import free_port
 from tests.integration.conftest import RULES
 from tests.integration.graph_probe import engine_active, router_stats
 from tests.integration.durable_graph import DURABLE_RULES
-from tests.postgres_server import postgres_server
+from agentserve.deploy.local_postgres import postgres_server
 from tests.support.cluster import CLUSTER
 from tests.support.keys import signing_key
 from tests.support.streams import Stream
@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.restarts_cluster]
 TICKS = 80
 ENGINE = {"rules": [{"match": "long", "reply": "tick " * TICKS, "itl_ms": 50}, *DURABLE_RULES, *RULES]}  # ~4 s a stream
 HELLO = "Hello! How can I help?"
-VALUES = local_values()
+VALUES = local_values(router_replicas=2)
 THINKING = {"type": "enabled", "budget_tokens": 1024}
 
 

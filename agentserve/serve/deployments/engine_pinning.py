@@ -11,7 +11,7 @@ from typing import List, Optional
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
 from agentserve.protocol import RouteDecision
-from agentserve.serve.deployments.pending_args import argument_of, pinned
+from agentserve.serve.deployments.pending_args import argument_of, back_off_between_rounds, pinned
 
 
 class PinToChosenReplica(RequestRouter):
@@ -20,6 +20,7 @@ class PinToChosenReplica(RequestRouter):
         candidate_replicas: List[RunningReplica],
         pending_request: Optional[PendingRequest] = None,
     ) -> List[List[RunningReplica]]:
+        back_off_between_rounds(pending_request)
         decision = argument_of(pending_request, RouteDecision)
         if decision is not None and decision.replica_id is not None:
             chosen = pinned(candidate_replicas, decision.replica_id)

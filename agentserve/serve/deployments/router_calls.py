@@ -26,7 +26,8 @@ from ray.serve.handle import DeploymentHandle
 from ray.serve.request_router import PendingRequest, RunningReplica
 
 from agentserve.protocol.cluster import RouterTarget
-from agentserve.serve.deployments.pending_args import argument_of, pinned
+from agentserve.serve.deployments.pending_args import argument_of, back_off_between_rounds, pinned
+from agentserve.serve.handles import separate_call
 from agentserve.serve.deployments.session_affinity import SessionAffinityRouter
 
 logger = logging.getLogger("ray.serve")
@@ -61,6 +62,7 @@ class RouterCallRouter(SessionAffinityRouter):
     ) -> List[List[RunningReplica]]:
         target = argument_of(pending_request, RouterTarget)
         if target is not None:
+            back_off_between_rounds(pending_request)
             chosen = pinned(candidate_replicas, target.replica_id)
             # Gone: any replica takes it (a release or signal for ids it never leased is a no-op there).
             return [chosen] if chosen else [candidate_replicas]
@@ -95,8 +97,8 @@ class RouterCalls:
         targets: list[RouterTarget | None] = [RouterTarget(r) for r in known] or [None]
 
         async def one(target: RouterTarget | None) -> Any:
-            call = getattr(self.handle, method).remote(*args, *([target] if target else []))
-            return await asyncio.wait_for(call, timeout_s)
+            return await asyncio.wait_for(separate_call(self.handle, method, *args, *([target] if target else [])),
+                                          timeout_s)
 
         answers = await asyncio.gather(*(one(t) for t in targets), return_exceptions=True)
         return {t.replica_id if t else None: a for t, a in zip(targets, answers)}
@@ -106,7 +108,7 @@ class RouterCalls:
         known = self.members()
         for target in [RouterTarget(r) for r in known] or [None]:
             try:
-                getattr(self.handle, method).remote(*args, *([target] if target else []))
+                separate_call(self.handle, method, *args, *([target] if target else []))
             except Exception:  # a Router replica restarting: the signals' leases lapse on their own there
                 logger.warning("router %s to %s failed", method, target, exc_info=True)
 
@@ -117,4 +119,4 @@ class RouterCalls:
 
     def to(self, replica_id: str | None, method: str, *args: Any) -> Any:
         """`method(*args)` on one Router replica (None: any), returning Serve's response."""
-        return getattr(self.handle, method).remote(*args, *([RouterTarget(replica_id)] if replica_id else []))
+        return separate_call(self.handle, method, *args, *([RouterTarget(replica_id)] if replica_id else []))

@@ -19,7 +19,7 @@ from typing import List, Optional
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
 from agentserve.protocol import SessionAffinity
-from agentserve.serve.deployments.pending_args import argument_of
+from agentserve.serve.deployments.pending_args import argument_of, back_off_between_rounds
 
 
 def score(key: str, replica_id: str) -> int:
@@ -42,6 +42,7 @@ class SessionAffinityRouter(RequestRouter):
         candidate_replicas: List[RunningReplica],
         pending_request: Optional[PendingRequest] = None,
     ) -> List[List[RunningReplica]]:
+        back_off_between_rounds(pending_request)
         affinity = argument_of(pending_request, SessionAffinity)
         key = affinity.key if affinity is not None else ""
         if not key or len(candidate_replicas) < 2:

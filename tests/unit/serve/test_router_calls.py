@@ -26,7 +26,11 @@ def _router(app: str = "app", name: str = "Router") -> RouterCallRouter:
 
 
 def _ranks(router: RouterCallRouter, replicas: list[Any], *args: Any) -> list[list[str]]:
-    got = asyncio.run(router.choose_replicas(replicas, SimpleNamespace(args=args, kwargs={})))
+    pending = SimpleNamespace(args=args, kwargs={}, routing_context=SimpleNamespace(should_backoff=False))
+    got = asyncio.run(router.choose_replicas(replicas, pending))
+    # Each ranking is the last word: Serve backs off before asking again (a pinned replica that is full is not
+    # asked again at once, in a loop of the caller's event loop).
+    assert pending.routing_context.should_backoff
     return [[r.replica_id.unique_id for r in rank] for rank in got]
 
 
@@ -79,3 +83,38 @@ def test_before_the_handle_knows_the_replicas_one_call_goes_to_any():
     answers = asyncio.run(RouterCalls(handle).each("register", "engine-1", "info"))
     assert list(answers) == [None] and handle.register.calls == [("engine-1", "info")]
     router_calls._MEMBERS.pop(("app-m", "Router"), None)
+
+
+def test_each_signal_from_inside_a_request_is_a_call_of_its_own_to_serves_request_router():
+    """Serve's request router keys pending calls by the internal id a call inherits from its request: the same
+    signal to two Router replicas under one id froze every handle call of the Ingress (a GPU pod's death with two
+    Routers). Each call gets its own internal id and keeps the request id the logs are searched by."""
+    import dataclasses
+
+    from ray.serve import context
+
+    seen: list[tuple[str, str]] = []
+
+    def record(*args: Any) -> None:
+        current = context._get_serve_request_context()
+        seen.append((current.request_id, current._internal_request_id))
+
+    router = _router(app="app-ids", name="Router")
+    router._replicas = {"a": _replica("r-a"), "b": _replica("r-b")}
+    router._publish()
+    handle = SimpleNamespace(app_name="app-ids", deployment_name="Router", replica_failed=Method(record))
+    calls = RouterCalls(handle)
+
+    async def inside_a_request() -> None:
+        current = context._get_serve_request_context()
+        context._serve_request_context.set(
+            dataclasses.replace(current, request_id="req-1", _internal_request_id="internal-1"))
+        calls.each_nowait("replica_failed", "engine-1")
+        calls.to("r-a", "replica_failed", "engine-1")
+        assert context._get_serve_request_context()._internal_request_id == "internal-1"  # the request's own: kept
+
+    asyncio.run(inside_a_request())
+    assert [request for request, _ in seen] == ["req-1"] * 3
+    internal = [i for _, i in seen]
+    assert len(set(internal)) == 3 and "internal-1" not in internal
+    router_calls._MEMBERS.pop(("app-ids", "Router"), None)

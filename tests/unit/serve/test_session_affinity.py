@@ -24,7 +24,7 @@ def _router() -> SessionAffinityRouter:
 
 
 def _pending(*args: Any, **kwargs: Any) -> Any:
-    return SimpleNamespace(args=args, kwargs=kwargs)
+    return SimpleNamespace(args=args, kwargs=kwargs, routing_context=SimpleNamespace(should_backoff=False))
 
 
 def _ranks(router: SessionAffinityRouter, replicas: list[Any], pending: Any) -> list[list[str]]:

@@ -19,7 +19,7 @@ from agentserve.ingress.middleware.limits import Limits, KeyLimiter
 from agentserve.state import StateBackend, StoreBounds
 from agentserve.state.postgres import PostgresBackend
 from agentserve.state.sqlite import SQLiteBackend
-from tests.postgres_server import postgres_server
+from agentserve.deploy.local_postgres import postgres_server
 
 Opener = Callable[[], StateBackend]
 

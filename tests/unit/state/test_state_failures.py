@@ -22,7 +22,7 @@ from agentserve.state.backend import StoreBounds
 from agentserve.state.kept_turns import KeptTurnStore
 from agentserve.state.postgres import PostgresBackend
 from agentserve.state.sqlite import SQLiteBackend
-from tests.postgres_server import postgres_server
+from agentserve.deploy.local_postgres import postgres_server
 from tests.support.keys import signing_key
 
 

@@ -1,4 +1,5 @@
-"""A real, throwaway PostgreSQL server for tests: initdb into a temp dir, listen on a unix socket only.
+"""A real, throwaway PostgreSQL server for tests and the cluster benchmarks: initdb into a temp dir, listen on a
+unix socket only.
 
 Uses the server binaries on PATH (or under /usr/lib/postgresql/*/bin); PostgreSQL refuses to run as root, so
 as root it runs them as the `postgres` (else `nobody`) user. Without binaries it falls back to the
