@@ -141,10 +141,10 @@ def _trace_timeline(ns: argparse.Namespace) -> int:
     from agentserve.traces.jsonl import iter_records
     from agentserve.traces.timeline import timeline
 
-    out = timeline(iter_records(ns.trace), ns.session)
+    out = timeline((r for path in ns.trace for r in iter_records(path)), ns.session)
     slices = sum(1 for e in out["traceEvents"] if e["ph"] == "X" and e["cat"] == "request")
     if ns.session is not None and not slices:
-        print(f"no request of session {ns.session!r} in {ns.trace}", file=sys.stderr)
+        print(f"no request of session {ns.session!r} in {' '.join(ns.trace)}", file=sys.stderr)
         return 2
     Path(ns.output).write_text(json.dumps(out))
     print(f"{slices} requests -> {ns.output} (open in https://ui.perfetto.dev or chrome://tracing)")
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="any TraceShape field, e.g. --set subagent_share=0.3 --set short_turns=2,8")
     tg.set_defaults(func=_trace_generate)
     tt = tsub.add_parser("timeline", help="a trace's sessions as Chrome trace-event JSON (Perfetto, chrome://tracing)")
-    tt.add_argument("trace", help="request trace file (JSON lines; .gz read too)")
+    tt.add_argument("trace", nargs="+", help="request trace files (JSON lines, .gz read too): e.g. every Ingress "
+                    "replica's requests-*.jsonl and their rotations")
     tt.add_argument("--session", default=None, help="only this session and the subagents it spawned")
     tt.add_argument("-o", "--output", required=True, help="the trace-event JSON file to write")
     tt.set_defaults(func=_trace_timeline)

@@ -19,6 +19,7 @@ from array import array
 from typing import Any
 
 from agentserve.bytes_lru import BytesLRU
+from agentserve.ingress.middleware.auth import identity_of
 from agentserve.ingress.observers import TurnEnded
 from agentserve.protocol.conversation import ToolCallBlock
 from agentserve.protocol.token_ids import TYPECODE
@@ -30,6 +31,7 @@ logger = logging.getLogger("ray.serve")
 KEY_ID_CHARS = 12  # a key's short id: this many hex digits of its sha256 digest (never the key)
 SESSION_ENTRY_OVERHEAD = 96  # bytes a gap-map entry holds besides its key's characters
 _EMPTY = array(TYPECODE)
+_NO_KEY = identity_of(None)  # the identity of a caller that presented no key
 
 
 def finish_of(ended: TurnEnded) -> tuple[str, int, tuple[str, ...]]:
@@ -56,7 +58,7 @@ def record_fields(ended: TurnEnded) -> dict[str, Any]:
         "parent_session": hints.parent_session_id,
         "kind": hints.kind,
         "api": ended.api,
-        "key": ended.scope[:KEY_ID_CHARS] or None,
+        "key": ended.scope[:KEY_ID_CHARS] if ended.scope and ended.scope != _NO_KEY else None,
         "model": ended.model,
         "adapter": pre.engine.adapter if pre is not None else None,
         "prompt_tokens": (state.prompt_tokens if state is not None else 0) or (pre.prompt_tokens if pre else 0),

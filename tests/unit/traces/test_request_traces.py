@@ -159,3 +159,16 @@ def test_a_subagent_names_its_parent(tokenizer, tmp_path):
     writer.close()
     (r,) = read_records(tmp_path / "r.jsonl")
     assert (r.session, r.parent_session, r.kind, r.gap_s) == ("sess-1/agent-7", "sess-1", "subagent_spawn", None)
+
+
+def test_a_caller_without_a_key_has_no_key_id(tokenizer, tmp_path):
+    from dataclasses import replace
+
+    from agentserve.ingress.middleware.auth import identity_of
+
+    writer = _writer(tmp_path)
+    traces = RequestTraces(writer, block_size={"m": 16}, session_memo_bytes=1 << 20)
+    ended = _ended(tokenizer, rid="anon", prompt=[1] * 20, output_text="x", kind="user_message", at=0, took=0.1)
+    traces.turn_ended(replace(ended, scope=identity_of(None)))
+    writer.close()
+    assert [r.key for r in read_records(tmp_path / "r.jsonl")] == [None]

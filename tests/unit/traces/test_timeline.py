@@ -63,10 +63,11 @@ def test_phases_nest_in_their_request_and_the_gap_ends_at_arrival():
 
 
 def test_a_sessions_timeline_holds_it_and_its_subagents_only(tmp_path):
-    trace = tmp_path / "t.jsonl"
-    write_records(trace, RECORDS)
+    trace, rotated = tmp_path / "t.jsonl", tmp_path / "t.jsonl.1"  # a replica's file and its rotation
+    write_records(trace, RECORDS[3:])
+    write_records(rotated, RECORDS[:3])
     out_path = tmp_path / "out.json"
-    assert main(["trace", "timeline", str(trace), "--session", "main", "-o", str(out_path)]) == 0
+    assert main(["trace", "timeline", str(trace), str(rotated), "--session", "main", "-o", str(out_path)]) == 0
     out = json.loads(out_path.read_text())
     ids = {e["args"]["request_id"] for e in _slices(out, "request")}
     assert ids == {"a1", "a2", "a3", "s1", "s2"}
