@@ -20,6 +20,10 @@ from agentserve.protocol.requests import TraceContext
 SESSION_ATTRIBUTE = "session.id"
 TRACES_PATH = "/v1/traces"
 Attributes = Mapping[str, Any]
+MAX_QUEUED = 2048  # spans waiting for export, per replica
+MAX_ATTRIBUTES = 32
+MAX_VALUE = 256  # characters of one attribute value
+EXPORT_TIMEOUT_S = 5.0
 
 
 class _NullSpan:
@@ -98,7 +102,7 @@ class OtelSpans:
     def __init__(self, endpoint: str, deployment: str, *, export_interval_s: float = 2.0) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace import SpanLimits, TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -109,10 +113,15 @@ class OtelSpans:
             "service.instance.id": f"{socket.gethostname()}:{os.getpid()}",
             "agentserve.deployment": deployment,
         })
-        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        self._provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=export_interval_s * 1000)
-        )
+        # Held spans are bounded: MAX_QUEUED spans of at most MAX_ATTRIBUTES attributes of MAX_VALUE characters
+        # (a client's session id is its own length); past that the SDK drops spans. At the replica's exit what is
+        # queued is sent, waiting at most EXPORT_TIMEOUT_S for the collector.
+        limits = SpanLimits(max_attributes=MAX_ATTRIBUTES, max_attribute_length=MAX_VALUE)
+        self._provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=True)
+        self._provider.add_span_processor(BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S), max_queue_size=MAX_QUEUED,
+            schedule_delay_millis=export_interval_s * 1000, export_timeout_millis=EXPORT_TIMEOUT_S * 1000,
+        ))
         self._tracer = self._provider.get_tracer("agentserve")
         self._propagator = TraceContextTextMapPropagator()
         self._server, self._internal = SpanKind.SERVER, SpanKind.INTERNAL
