@@ -246,6 +246,9 @@ class SchedulingSpec(_Strict):
     kv_pressure: bool = False
     kv_high_watermark: float = Field(default=0.9, gt=0, le=1.0)
     kv_keep_gap_s: float = Field(default=30.0, gt=0)
+    # A request whose best replica (its cached prefix counted) is saturated waits for it, rather than re-prefilling
+    # its context on a worse replica that has a free slot.
+    wait_for_cache: bool = False
     # With an ordering part on, a full queue rejects its lowest-ranked waiter instead of a higher-ranked newcomer.
     shed_lowest: bool = True
 

@@ -64,12 +64,11 @@ class AdmissionQueue(Generic[T]):
         self._retry_after = retry_after_s
         self._clock = clock
         self._shed_lowest = shed_lowest and bool(self._terms)
+        self._waiting = 0  # tickets not finished (a caller cancelled a moment ago may still count)
         self.rejected = 0
 
     def __len__(self) -> int:
-        if self._dynamic:
-            return sum(1 for t in self._list if t.live)
-        return sum(1 for _, t in self._heap if t.live)
+        return self._waiting
 
     def overloaded(self, why: str) -> RequestError:
         self.rejected += 1
@@ -97,6 +96,7 @@ class AdmissionQueue(Generic[T]):
             self._list.append(ticket)
         else:
             heapq.heappush(self._heap, (self.rank(ticket.w, now), ticket))
+        self._waiting += 1
         return ticket
 
     async def wait(self, item: Any, priority_jump: float) -> T:
@@ -109,7 +109,7 @@ class AdmissionQueue(Generic[T]):
         except asyncio.TimeoutError:
             raise self.overloaded(f"waited {self._max_wait:g}s for capacity") from None
         finally:
-            ticket.done = True
+            self._finish(ticket)
 
     def _displace_for(self, newcomer: Ticket, now: float) -> bool:
         """Full queue: reject the lowest-ranked waiter if the newcomer ranks above it (shed_lowest only)."""
@@ -152,7 +152,7 @@ class AdmissionQueue(Generic[T]):
 
     def expire(self) -> int:
         """Reject every waiter past `max_wait_s` (the simulator's clock; `wait` times out by itself)."""
-        if not self._heap and not self._list:
+        if not self._waiting:
             return 0
         now = self._clock()
         late = [t for t in self._tickets() if t.live and t.deadline <= now]
@@ -166,7 +166,10 @@ class AdmissionQueue(Generic[T]):
         return self._list if self._dynamic else [t for _, t in self._heap]
 
     def _finish(self, ticket: Ticket) -> None:
+        if ticket.done:
+            return
         ticket.done = True
+        self._waiting -= 1
         if self._dynamic:
             try:
                 self._list.remove(ticket)

@@ -75,6 +75,10 @@ class KvRouter:
             max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock,
             terms=self._terms, shed_lowest=sched.shed_lowest,
         )  # fmt: skip
+        # wait_for_cache: the cost rule over every replica, saturation aside (a saturated best one means wait).
+        self._unbounded = replace(
+            cfg.cost, max_in_flight=None, max_active_tokens=None, max_prefill_tokens=None
+        ) if sched.wait_for_cache else None  # fmt: skip
         self._kv = KvPressure(
             high_watermark=sched.kv_high_watermark, keep_gap_s=sched.kv_keep_gap_s, max_sessions=cfg.max_sessions
         ) if sched.kv_pressure else None  # fmt: skip
@@ -178,7 +182,12 @@ class KvRouter:
             cands, home = kv
         new_session = bool(session) and home is None and not continuing
         placement = Placement(cands, req.prompt_tokens, new_blocks, home, new_session)
-        choice = policy.pick(placement, self.cfg.cost, self._rng)
+        if self._unbounded is not None and policy.uses_sessions:
+            choice = policy.pick(placement, self._unbounded, self._rng)  # the best replica, saturated or not
+            if choice is not None and saturated(self._load.load(choice.replica), self.cfg.cost):
+                return DEFER if any(not saturated(c.load, self.cfg.cost) for c in cands) else None
+        else:
+            choice = policy.pick(placement, self.cfg.cost, self._rng)
         if choice is None:
             return None
         self._commit(req, choice, new_blocks, session)

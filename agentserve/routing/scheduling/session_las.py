@@ -19,11 +19,13 @@ class SessionLas:
     name: ClassVar[str] = "session_fairness"
     dynamic: ClassVar[bool] = True
 
-    def __init__(self, *, half_life_s: float, max_sessions: int) -> None:
+    def __init__(self, *, half_life_s: float, max_sessions: int, aging_tokens_per_s: float = 0.0) -> None:
         self._served = DecayingCounters(half_life_s=half_life_s, max_keys=max_sessions)
+        self._aging = aging_tokens_per_s
 
     def value(self, w: Waiting, now: float) -> float:
-        return self._served.get(w.req.session_key, now) if w.req.session_key else 0.0
+        served = self._served.get(w.req.session_key, now) if w.req.session_key else 0.0
+        return served - self._aging * (now - w.arrival)
 
     def charge(self, req: RouteRequest, tokens: float, now: float) -> None:
         if req.session_key:
