@@ -453,7 +453,7 @@ class RequestTraceSpec(_Strict):
     """Request traces (agentserve/traces): one JSON line per request end (traces/record.py), no payload; and, where
     an OTLP endpoint is set, OpenTelemetry spans across Ingress, Preprocessor, Router and Engine.
 
-    enabled: write the JSON lines. Each Ingress replica writes `<directory>/requests-<replica>.jsonl` (files 0600,
+    enabled: write the JSON lines. Each Ingress replica writes `<directory>/requests-<host>-<pid>.jsonl` (files 0600,
     the directory 0700 if made here), rotated past max_bytes_per_file to `.1` .. `.<keep_files>` (the oldest is
     deleted), off the event loop: up to max_pending_bytes of records wait for the disk, past that they are dropped
     and counted (`agentserve_request_traces_total{outcome="dropped"}`), never waited for.
