@@ -101,7 +101,7 @@ def timeline(records: Iterable[TraceRecord], session: str | None = None) -> dict
         previous, track.busy_until = track.busy_until, end
         return proc.pid, track.tid, previous
 
-    def x(name: str, cat: str, pid: int, tid: int, start: float, end: float, args: dict[str, Any] | None = None) -> None:
+    def x(name: str, cat: str, pid: int, tid: int, start: float, end: float, args: dict | None = None) -> None:
         ev: dict[str, Any] = {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
                               "ts": round((start - origin) * US, 3), "dur": round(max(0.0, end - start) * US, 3)}
         if args:

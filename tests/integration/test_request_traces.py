@@ -31,8 +31,8 @@ RULES = [
     {"match": "", "reply": "ok", "itl_ms": 0},
 ]
 TOOLS = [
-    {"name": "Bash", "description": "run a command", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}},
-    {"name": "Read", "description": "read a file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    {"name": name, "description": f"{name} tool", "input_schema": {"type": "object", "properties": {arg: {"type": "string"}}}}
+    for name, arg in (("Bash", "command"), ("Read", "path"))
 ]
 SYSTEM = "You are a careful coding agent working in a repository. " * 12
 GAP_S = 0.3
@@ -88,7 +88,8 @@ def test_an_agent_session_leaves_its_records_and_one_trace_per_request(graph):
     assert [r.tool_calls for r in (r1, r2, r3)] == [("Bash",), ("Read",), ()]
     assert {r.session for r in records} == {SESSION} and all(r.api == "anthropic" for r in records)
     assert r1.gap_s is None and all(GAP_S <= r.gap_s < GAP_S + 2.0 for r in (r2, r3))
-    assert r1.cached_tokens == 0 and all(r.cached_tokens >= 16 * len(p.input_blocks) - 16 for r, p in ((r2, r1), (r3, r2)))
+    assert r1.cached_tokens == 0
+    assert all(r.cached_tokens >= 16 * len(p.input_blocks) - 16 for r, p in ((r2, r1), (r3, r2)))
     for this, nxt in ((r1, r2), (r2, r3)):  # the next turn extends this one's prompt and output token for token
         reused = this.input_blocks + this.output_blocks
         assert this.output_blocks and nxt.input_blocks[: len(reused)] == reused

@@ -31,7 +31,8 @@ def _slices(out, cat=None):
 
 
 def _names(out, what):
-    return {(e["pid"], e.get("tid")): e["args"]["name"] for e in out["traceEvents"] if e["ph"] == "M" and e["name"] == what}
+    meta = (e for e in out["traceEvents"] if e["ph"] == "M" and e["name"] == what)
+    return {(e["pid"], e.get("tid")): e["args"]["name"] for e in meta}
 
 
 def test_one_process_per_session_tree_one_track_per_session():
@@ -41,7 +42,8 @@ def test_one_process_per_session_tree_one_track_per_session():
     threads = _names(out, "thread_name")
     main_pid = next(pid for (pid, _), name in procs.items() if name == "session main")
     main_tracks = sorted(name for (pid, _), name in threads.items() if pid == main_pid)
-    assert main_tracks == ["main", "main (2)", "subagent main/agent-1"]  # the overlapping side request: a track of its own
+    # The side request that overlaps a2 gets a track of its own.
+    assert main_tracks == ["main", "main (2)", "subagent main/agent-1"]
     requests = _slices(out, "request")
     assert len(requests) == len(RECORDS) and requests[0]["ts"] == 0.0  # times from the first arrival, in µs
 
