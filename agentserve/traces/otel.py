@@ -86,8 +86,13 @@ class _Span:
         return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        """Ends the span; an exception (a refusal, a cancellation) marks it failed."""
-        self.end(None if exc is None else f"{type(exc).__name__}: {exc}"[:200])
+        """Ends the span; an exception (a refusal, a cancellation) marks it failed, by its type and kind only (its
+        message may quote the request)."""
+        if exc is None:
+            self.end()
+        else:
+            kind = getattr(exc, "kind", None)
+            self.end(type(exc).__name__ + (f" ({kind})" if isinstance(kind, str) else ""))
 
 
 def traceparent(span_context: Any) -> str:
