@@ -20,6 +20,7 @@ class ReceivedSpan:
     span_id: str
     parent_span_id: str
     attributes: dict[str, Any]
+    error: str | None = None  # the status message of a span marked failed
 
 
 def _value(v: Any) -> Any:
@@ -51,6 +52,7 @@ class OtlpReceiver:
                             spans.append(ReceivedSpan(
                                 str(resource.get("service.name")), s.name, s.trace_id.hex(), s.span_id.hex(),
                                 s.parent_span_id.hex(), {a.key: _value(a.value) for a in s.attributes},
+                                s.status.message if s.status.code == s.status.STATUS_CODE_ERROR else None,
                             ))
                 with receiver._lock:
                     receiver.spans.extend(spans)
