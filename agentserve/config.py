@@ -242,6 +242,9 @@ class SchedulingSpec(_Strict):
     key_weights: dict[str, float] = Field(default_factory=dict)
     default_key_weight: float = Field(default=1.0, gt=0)
     service_half_life_s: float = Field(default=60.0, gt=0)  # attained service decays with this half-life
+    # Session fairness: each second a request waits offsets this much of its session's attained service (0: pure
+    # least attained service, which holds a long session's turns until they are shed while short ones arrive).
+    aging_tokens_per_s: float = Field(default=0.0, ge=0)
     # KV-pressure awareness: which sessions in a tool gap keep their blocks; new work that would evict them waits.
     kv_pressure: bool = False
     kv_high_watermark: float = Field(default=0.9, gt=0, le=1.0)

@@ -40,7 +40,9 @@ def url(model_path):
     args = {
         "engine": {"kind": "scripted", "block_size": 16, "rules": RULES, "num_replicas": 2,
                    "cache": {"capacity_blocks": 4096, "prefill_ms_per_token": 0.05}},
-        "router": {"max_in_flight_per_replica": 2, "max_waiting": 1, "max_wait_s": 1.0, "retry_after_s": 3},
+        # Session-aware admission on (its order is unit-tested; here: the config reaches the Router, overflow holds).
+        "router": {"max_in_flight_per_replica": 2, "max_waiting": 1, "max_wait_s": 1.0, "retry_after_s": 3,
+                   "scheduling": {"session_fairness": True, "interactive_first": True, "wait_for_cache": True}},
     }
     with running_graph(args) as u:
         wait_for(lambda: len(stats().replicas) == 2, timeout=60)
@@ -103,6 +105,37 @@ def test_load_spreads_then_admission_sheds_with_retry_after(url):
             assert r.headers["retry-after"] == "3"
             assert r.json()["error"]["code"] == "overloaded"
     assert time.time() - started < 30  # nothing hung
+
+
+async def _overflowing_stream(client, url, i):
+    """A streaming Messages request at saturation: (status, headers, every byte it got)."""
+    body = {"model": "smollm2", "max_tokens": 32, "stream": True, "messages": [{"role": "user", "content": f"x {i}"}]}
+    async with client.stream("POST", f"{url}/v1/messages", json=body,
+                             headers={"anthropic-version": "2023-06-01"}) as r:
+        return r.status_code, r.headers, await r.aread()
+
+
+def test_overflow_is_a_529_with_retry_after_before_any_stream_byte(url):
+    async def run():
+        async with httpx.AsyncClient(timeout=60) as client:
+            tasks = [asyncio.create_task(_slow(client, url, 20 + i)) for i in range(4)]
+            for _ in range(100):
+                if sum(v.in_flight for v in (await astats()).replicas.values()) == 4:
+                    break
+                await asyncio.sleep(0.1)
+            t0 = time.monotonic()
+            over = await asyncio.gather(*[_overflowing_stream(client, url, i) for i in range(2)])
+            waited = time.monotonic() - t0
+            await asyncio.gather(*tasks)
+            return over, waited
+
+    over, waited = asyncio.run(run())
+    for status, headers, raw in over:
+        # One waited max_wait_s (1 s) in the queue, one found it full: both refused before the stream opened.
+        assert status == 529, raw
+        assert headers["retry-after"] == "3" and headers["content-type"].startswith("application/json")
+        assert b"event:" not in raw and b'"overloaded_error"' in raw
+    assert waited < 10  # never a stalled queue
 
 
 def test_killed_replica_fails_its_request_loudly_and_leaves_the_index(url):
