@@ -7,8 +7,9 @@
 
 --sim: every policy replays the same sessions at each (replicas, load); a turn arrives its recorded gap after its
 previous response ends in the simulation, a subagent when its spawning request ends, a waiting parent when its
-subagents end (offline/trace_workload.py). Load is a share of capacity: 100% = the replicas prefilling all the
-time with one shared unbounded cache. Policies: `round-robin`; `kv` (today's KV routing, each request placed at once
+subagents end (offline/trace_workload.py). Load is a share of capacity: 100% = the lower of the session rate at
+which the replicas prefill all the time with one shared unbounded cache and the rate at which their KV blocks just
+hold every live session's context through its gaps. Policies: `round-robin`; `kv` (today's KV routing, each request placed at once
 and queued FCFS at its replica); `kv+queue` (the same, waiting in the router's admission queue, FCFS);
 `kv+SWITCH[+...]` with SWITCH a boolean of routing/scheduling SchedulingConfig (session_fairness,
 interactive_first, key_shares, kv_pressure); also `power-of-two`, `session-affinity`.
@@ -86,7 +87,8 @@ def first_programs(sessions: list[sim.Session], n: int) -> list[sim.Session]:
 def replay_sim(
     sessions: list[sim.Session], replicas: int, load: float, policies: list[str], m: sim.ReplicaModel, block_size: int,
 ) -> list[dict[str, Any]]:
-    factor = tw.load_factor(sessions, m, block_size, replicas, load)
+    cap = tw.capacity(sessions, m, block_size, replicas)
+    factor = load * cap["sessions_per_s"] / tw.session_rate(sessions)
     scaled = tw.rescale(sessions, factor)
     w = sim.Workload(block_size=block_size)
     rows = []
@@ -96,6 +98,7 @@ def replay_sim(
         t0 = time.perf_counter()
         res = sim.simulate(router, replicas, scaled, w, m, flow=flow)
         row = {"replicas": replicas, "load": load, "policy": spec, "arrival_speedup": factor,
+               "capacity_sessions_per_s": cap,
                "util_mean": res.util_mean, "util_max_over_mean": res.util_max_over_mean,
                **trace_report.summarize(flow.requests, flow.programs()), "wall_s": time.perf_counter() - t0}
         t = row["ttft_s"]
@@ -159,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trace": trace_info(path, records, sessions),
         "replay_block_size": bs,
         "replica_model": asdict(m),
-        "load_definition": "1.0 = replicas prefilling all the time with one shared unbounded cache",
+        "load_definition": "1.0 = the lower of: replicas prefilling all the time with one shared unbounded cache; "
+                           "their KV holding every live session's context through its gaps (rows: capacity_sessions_per_s)",
         "policies": policies,
         "conditions": conditions.snapshot(git=conditions.git_state()),
     }

@@ -13,9 +13,10 @@ gaps. Dependencies are inferred from the recorded timeline:
 Blocks may be coarsened (a replay block of k trace blocks): a chained hash names its whole prefix, so the k-th,
 2k-th, ... hashes are the coarse chain.
 
-Load: 100% is the session rate at which the replicas would be prefilling all the time with one shared unbounded
-cache (every reusable block a hit): `load_factor` says how much to speed the trace's session arrivals up or slow
-them down for a target share. No real router reaches that cache, so it saturates below 100%.
+Load: 100% is the lower of two session rates (`capacity`): the replicas prefilling all the time with one shared
+unbounded cache (every reusable block a hit), and their KV blocks just holding every live session's context
+through its tool gaps. `load_factor` says how much to speed the trace's session arrivals up or slow them down for a
+target share. Neither bound counts queueing or imperfect placement, so real routers saturate below 100%.
 """
 
 from __future__ import annotations
@@ -117,23 +118,61 @@ def rescale(sessions: list[Session], factor: float) -> list[Session]:
             for s in sessions]
 
 
-def prefill_work_s(sessions: list[Session], m: ReplicaModel, block_size: int) -> float:
-    """Prefill seconds the whole trace needs with one shared unbounded cache (requests taken in arrival order of
-    their sessions: near enough, a session's blocks are reused by its own later turns)."""
+def _hits(sessions: list[Session], block_size: int) -> dict[tuple[int, int], int]:
+    """Each request's leading blocks one shared unbounded cache holds (sessions taken in arrival order: near
+    enough, a session's blocks are reused by its own later turns)."""
     seen: set[int] = set()
-    work = 0.0
+    out = {}
     for s in sorted(sessions, key=lambda s: (s.parent is not None, s.start_s)):
-        for t in s.turns:
+        for k, t in enumerate(s.turns):
             blocks = t.blocks or []
-            usable = max(0, (t.prompt_tokens - 1) // block_size)
             hit = 0
-            for h in blocks[:usable]:
+            for h in blocks[: max(0, (t.prompt_tokens - 1) // block_size)]:
                 if h not in seen:
                     break
                 hit += 1
             seen.update(t.written or blocks)
-            work += (m.prefill_overhead_ms + (t.prompt_tokens - hit * block_size) * m.prefill_ms_per_token) / 1000
-    return work
+            out[(s.sid, k)] = hit
+    return out
+
+
+def prefill_work_s(sessions: list[Session], m: ReplicaModel, block_size: int) -> float:
+    """Prefill seconds the whole trace needs with one shared unbounded cache."""
+    hits = _hits(sessions, block_size)
+    return sum(
+        (m.prefill_overhead_ms + (t.prompt_tokens - hits[(s.sid, k)] * block_size) * m.prefill_ms_per_token) / 1000
+        for s in sessions for k, t in enumerate(s.turns)
+    )
+
+
+def kv_token_seconds(sessions: list[Session], m: ReplicaModel, block_size: int) -> float:
+    """Token-seconds of KV the whole trace holds on an unloaded server that keeps every session's context through
+    its gaps (each request's prompt + output from its arrival to the next request's; a parent's through the
+    subagents it waits for). Blocks shared between sessions count once per session: an overestimate by about
+    the system prompt's share."""
+    hits = _hits(sessions, block_size)
+    by = {s.sid: s for s in sessions}
+    memo: dict[int, tuple[float, float]] = {}
+
+    def run(s: Session) -> tuple[float, float]:  # (duration, token-seconds) of a session and its subagents
+        if s.sid in memo:
+            return memo[s.sid]
+        dur = held = 0.0
+        for k, t in enumerate(s.turns):
+            uncached = t.prompt_tokens - hits[(s.sid, k)] * block_size
+            d = (m.prefill_overhead_ms + uncached * m.prefill_ms_per_token + t.output_tokens * m.itl_ms) / 1000
+            joined = s.joins.get(k + 1)
+            if joined:
+                wait = max(by[c].start_s + run(by[c])[0] for c in joined[0]) + joined[1]
+            else:
+                wait = t.gap_s if k + 1 < len(s.turns) else 0.0
+            dur += d + wait
+            held += (t.prompt_tokens + t.output_tokens) * (d + wait)
+        held += sum(run(by[c])[1] for cs in s.spawns.values() for c in cs if c in by)
+        memo[s.sid] = (dur, held)
+        return memo[s.sid]
+
+    return sum(run(s)[1] for s in top_level(sessions))
 
 
 def session_rate(sessions: list[Session]) -> float:
@@ -144,8 +183,15 @@ def session_rate(sessions: list[Session]) -> float:
     return (len(starts) - 1) / (starts[-1] - starts[0])
 
 
+def capacity(sessions: list[Session], m: ReplicaModel, block_size: int, replicas: int) -> dict[str, float]:
+    """Top-level sessions per second the replicas carry, by each bound: prefill compute with one shared unbounded
+    cache, and KV memory holding every live session's context through its gaps (Little's law); the lower binds."""
+    programs = max(1, len(top_level(sessions)))
+    prefill = replicas * programs / max(prefill_work_s(sessions, m, block_size), 1e-9)
+    kv = replicas * m.kv_blocks * block_size * programs / max(kv_token_seconds(sessions, m, block_size), 1e-9)
+    return {"prefill_bound": prefill, "kv_bound": kv, "sessions_per_s": min(prefill, kv)}
+
+
 def load_factor(sessions: list[Session], m: ReplicaModel, block_size: int, replicas: int, load: float) -> float:
     """How much faster than recorded the top-level sessions must arrive for `load` (1.0 = 100%) of capacity."""
-    per_program = prefill_work_s(sessions, m, block_size) / max(1, len(top_level(sessions)))
-    capacity_rate = replicas / per_program  # programs per second the replicas could prefill
-    return load * capacity_rate / session_rate(sessions)
+    return load * capacity(sessions, m, block_size, replicas)["sessions_per_s"] / session_rate(sessions)

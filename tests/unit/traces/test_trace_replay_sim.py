@@ -146,3 +146,18 @@ def test_bench_replay_sim_writes_every_figure(tmp_path, capsys):
     assert doc["meta"]["trace"]["programs"] == 6 and doc["meta"]["replay_block_size"] == 256
     with pytest.raises(ValueError):
         trace_replay.make_policy("kv+no_such_switch", 256)
+
+
+def test_capacity_is_the_lower_of_prefill_and_kv_bounds():
+    one = [_rec("a0", "A", 0.0, 1.0, 160, 32, 100, kind="user_message"), _rec("a1", "A", 5.0, 1.0, 320, 32, 100, gap=3.0)]
+    sessions = tw.sessions_from_trace(one)
+    m = sim.ReplicaModel(prefill_overhead_ms=0.0, prefill_ms_per_token=1.0, itl_ms=10.0, kv_blocks=100)
+    # turn 0: all 160 cold (0.16 s) + 32 x 10 ms, held 192 tokens through it and the 3 s gap; turn 1: 320 - 192
+    # cached (blocks 100-111 of 16 written by turn 0) = 128 cold + 0.32 s decode, held 352 tokens
+    assert tw.prefill_work_s(sessions, m, BS) == pytest.approx(0.16 + 0.128)
+    assert tw.kv_token_seconds(sessions, m, BS) == pytest.approx(192 * (0.48 + 3.0) + 352 * (0.128 + 0.32))
+    cap = tw.capacity(sessions, m, BS, 2)
+    assert cap["sessions_per_s"] == min(cap["prefill_bound"], cap["kv_bound"])
+    double = tw.capacity(sessions, sim.ReplicaModel(prefill_overhead_ms=0.0, prefill_ms_per_token=1.0, itl_ms=10.0,
+                                                    kv_blocks=200), BS, 2)
+    assert double["kv_bound"] == pytest.approx(2 * cap["kv_bound"]) and double["prefill_bound"] == cap["prefill_bound"]
