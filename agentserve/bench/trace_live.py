@@ -185,7 +185,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     await replay.run()
     row = trace_report.summarize(replay.requests, replay.programs())
-    row |= {"policy": args.label, "replicas": args.replicas, "load": args.speedup,
+    row |= {"policy": args.label, "replicas": args.replicas, "load": 0.0, "speedup": args.speedup,
             "overloaded_529": replay.overloaded, "attempts": replay.attempts,
             "rate_529": replay.overloaded / max(1, replay.attempts), "wall_s": time.perf_counter() - t0}
     return row

@@ -25,7 +25,7 @@ def bucket(turns: int) -> str:
 def summarize(requests: Sequence[Served], programs: Sequence[Program]) -> dict[str, Any]:
     """One row of figures for one replay."""
     served = [r for r in requests if not r.shed]
-    ttft = [r.ttft - r.arrival for r in served]
+    ttft = [r.ttft - r.arrival for r in served] or [0.0]
     t0 = min((r.arrival for r in requests), default=0.0)
     t1 = max((r.end for r in requests), default=0.0)
     prompt = sum(r.prompt_tokens for r in served)
@@ -52,7 +52,7 @@ def summarize(requests: Sequence[Served], programs: Sequence[Program]) -> dict[s
     completion: dict[str, Any] = {}
     for name, lo, hi in BUCKETS:
         done = [p.end - p.start for p in programs if p.complete and lo <= p.turns <= hi]
-        completion[name] = stats.summary(done, digits=1)
+        completion[name] = stats.summary(done, digits=1) if done else {"n": 0}  # no NaN in the JSON
     out["completion_s"] = completion
     return out
 
@@ -68,8 +68,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         t = r["ttft_s"]
         p99 = f"{t['p99']:.2f}" if "p99" in t else "-"
         comp = " | ".join(f"{r['completion_s'][n].get('p50', float('nan')):.0f}" for n in names)
+        load = f"x{r['speedup']:g} speed" if "speedup" in r else f"{r['load']:.0%}"
         out.append(
-            f"| {r['replicas']} | {r['load']:.0%} | {r['policy']} | {t['p50']:.2f} / {t['p90']:.2f} / {p99} | {comp} "
+            f"| {r['replicas']} | {load} | {r['policy']} | {t['p50']:.2f} / {t['p90']:.2f} / {p99} | {comp} "
             f"| {r['output_tokens_per_s']:.0f} | {r['cached_share']:.1%} | {r['reprefilled_tokens'] / 1e6:.2f} "
             f"| {r['shed_rate']:.2%} |"
         )
