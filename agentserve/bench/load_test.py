@@ -420,39 +420,43 @@ def named_actors(deployment: str) -> list[dict[str, str]]:
     return [x for x in ray.util.list_named_actors(all_namespaces=True) if f"#{deployment}#" in x["name"]]
 
 
-def router_stats() -> dict[str, Any]:
-    """The Router's stats (agentserve.protocol.cluster.RouterStats) as plain data: the results JSON records them."""
+def router_stats(app: str = APP, router_id: str | None = None) -> dict[str, Any]:
+    """A Router replica's stats (agentserve.protocol.cluster.RouterStats) as plain data: the results JSON records
+    them. `router_id`: that replica's (each Router replica keeps its own leases), else any one's."""
     from ray import serve
 
-    return serve.get_deployment_handle("Router", APP).stats.remote().result(timeout_s=20).as_dict()
+    from agentserve.protocol.cluster import RouterTarget
+
+    call = serve.get_deployment_handle("Router", app).stats
+    return (call.remote(RouterTarget(router_id)) if router_id else call.remote()).result(timeout_s=20).as_dict()
 
 
-def engine_stats() -> dict[str, dict[str, Any]]:
+def engine_stats(app: str = APP) -> dict[str, dict[str, Any]]:
     import dataclasses
 
     from ray import serve
 
     from agentserve.protocol import RouteDecision
 
-    handle = serve.get_deployment_handle("Engine", APP)
-    ids = list(router_stats()["replicas"])
+    handle = serve.get_deployment_handle("Engine", app)
+    ids = list(router_stats(app)["replicas"])
     calls = {r: handle.stats.remote(RouteDecision(replica_id=r)) for r in ids}  # pinned: each replica answers
     return {r: dataclasses.asdict(c.result(timeout_s=20)) for r, c in calls.items()}
 
 
-def running_replicas() -> dict[str, int]:
+def running_replicas(app: str = APP) -> dict[str, int]:
     from ray.serve.context import _get_global_client
 
     details = _get_global_client().get_serve_details()
-    deps = details["applications"][APP]["deployments"]
+    deps = details["applications"][app]["deployments"]
     return {name: sum(1 for r in d["replicas"] if r["state"] == "RUNNING") for name, d in deps.items()}
 
 
-async def kill_engine(at: float, kills: list[dict[str, Any]], t0: float) -> None:
+async def kill_engine(at: float, kills: list[dict[str, Any]], t0: float, app: str = APP) -> None:
     import ray
 
     await asyncio.sleep(at)
-    replicas = (await asyncio.to_thread(router_stats))["replicas"]
+    replicas = (await asyncio.to_thread(router_stats, app))["replicas"]
     victim = max(replicas, key=lambda r: replicas[r]["in_flight"])
     actor = next(x for x in named_actors("Engine") if victim in x["name"])
     ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
@@ -464,7 +468,7 @@ async def kill_engine(at: float, kills: list[dict[str, Any]], t0: float) -> None
     while time.monotonic() < give_up:  # Serve starts a new one: when does the router route to it?
         await asyncio.sleep(0.5)
         try:
-            now = set((await asyncio.to_thread(router_stats))["replicas"])
+            now = set((await asyncio.to_thread(router_stats, app))["replicas"])
         except Exception:  # noqa: BLE001 - keep looking
             continue
         if len(now) >= len(replicas) and victim not in now:
@@ -559,8 +563,8 @@ def plot(st: Stats, ch: Chain, kills: list[dict[str, Any]], duration: float, out
     results.save_figure(fig, out, dpi=110)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="agentserve bench load-test", description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The load's arguments (the soak on the multi-node cluster takes the same)."""
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of load")
     ap.add_argument("--concurrency", type=int, default=48, help="concurrent clients (capacity is replicas x max-in-flight)")
     ap.add_argument("--replicas", type=int, default=2, help="engine replicas")
@@ -584,6 +588,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--settle-s", type=float, default=45.0, help="after the load, wait at most this long for 0 in flight")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(results.out_path("load_test")), help="output path without suffix")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="agentserve bench load-test", description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
     a = ap.parse_args(argv)
     a.stages = [s for s in a.stages.split(",") if s]
     if set(a.stages) - set(STAGES):
