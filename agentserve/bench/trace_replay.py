@@ -102,7 +102,7 @@ def replay_sim(
                "util_mean": res.util_mean, "util_max_over_mean": res.util_max_over_mean,
                **trace_report.summarize(flow.requests, flow.programs()), "wall_s": time.perf_counter() - t0}
         t = row["ttft_s"]
-        print(f"N={replicas:3d} load {load:4.0%} {spec:36s} ttft p50 {t['p50']:7.2f} p99 {t.get('p99', float('nan')):7.2f} s"
+        print(f"N={replicas:3d} load {load:4.0%} {spec:36s} ttft p50 {t.get('p50', float('nan')):7.2f} p99 {t.get('p99', float('nan')):7.2f} s"
               f"  short p50 {row['completion_s'][trace_report.BUCKETS[0][0]].get('p50', float('nan')):6.0f} s"
               f"  out {row['output_tokens_per_s']:7.0f} tok/s  cached {row['cached_share']:5.1%}"
               f"  529 {row['shed_rate']:5.2%}  [{row['wall_s']:.1f}s]", flush=True)

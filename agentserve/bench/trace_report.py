@@ -25,7 +25,7 @@ def bucket(turns: int) -> str:
 def summarize(requests: Sequence[Served], programs: Sequence[Program]) -> dict[str, Any]:
     """One row of figures for one replay."""
     served = [r for r in requests if not r.shed]
-    ttft = [r.ttft - r.arrival for r in served] or [0.0]
+    ttft = [r.ttft - r.arrival for r in served]
     t0 = min((r.arrival for r in requests), default=0.0)
     t1 = max((r.end for r in requests), default=0.0)
     prompt = sum(r.prompt_tokens for r in served)
@@ -35,7 +35,7 @@ def summarize(requests: Sequence[Served], programs: Sequence[Program]) -> dict[s
         "served": len(served),
         "shed": len(requests) - len(served),
         "shed_rate": (len(requests) - len(served)) / max(1, len(requests)),
-        "ttft_s": stats.summary(ttft, digits=3),
+        "ttft_s": stats.summary(ttft, digits=3) if ttft else {"n": 0},
         "output_tokens_per_s": sum(r.output_tokens for r in served) / max(t1 - t0, 1e-9),
         "cached_share": cached / max(1, prompt),
         "reusable_share": sum(r.reusable_tokens for r in served) / max(1, prompt),
@@ -66,11 +66,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     out = [head, "|---:|---:|---|---:|" + "---:|" * (len(names) + 4)]
     for r in sorted(rows, key=lambda r: (r["replicas"], r["load"])):
         t = r["ttft_s"]
-        p99 = f"{t['p99']:.2f}" if "p99" in t else "-"
+        p50, p90, p99 = (f"{t[k]:.2f}" if k in t else "-" for k in ("p50", "p90", "p99"))
         comp = " | ".join(f"{r['completion_s'][n].get('p50', float('nan')):.0f}" for n in names)
         load = f"x{r['speedup']:g} speed" if "speedup" in r else f"{r['load']:.0%}"
         out.append(
-            f"| {r['replicas']} | {load} | {r['policy']} | {t['p50']:.2f} / {t['p90']:.2f} / {p99} | {comp} "
+            f"| {r['replicas']} | {load} | {r['policy']} | {p50} / {p90} / {p99} | {comp} "
             f"| {r['output_tokens_per_s']:.0f} | {r['cached_share']:.1%} | {r['reprefilled_tokens'] / 1e6:.2f} "
             f"| {r['shed_rate']:.2%} |"
         )
@@ -84,7 +84,7 @@ def plot(rows: list[dict[str, Any]], path: Any, title: str) -> None:
     ns = sorted({r["replicas"] for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     panels = (
-        ("TTFT p99 (s, log)", lambda r: r["ttft_s"].get("p99", r["ttft_s"]["p90"]), "log"),
+        ("TTFT p99 (s, log)", lambda r: r["ttft_s"].get("p99", r["ttft_s"].get("p90", float("nan"))), "log"),
         ("short programs' completion p50 (s)", lambda r: r["completion_s"][BUCKETS[0][0]].get("p50", float("nan")), "linear"),
         ("output tokens/s", lambda r: r["output_tokens_per_s"], "linear"),
         ("cached share (%)", lambda r: 100 * r["cached_share"], "linear"),
