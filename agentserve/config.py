@@ -249,9 +249,11 @@ class SchedulingSpec(_Strict):
     kv_pressure: bool = False
     kv_high_watermark: float = Field(default=0.9, gt=0, le=1.0)
     kv_keep_gap_s: float = Field(default=30.0, gt=0)
+    kv_max_defer_s: float = Field(default=10.0, ge=0)  # held back for KV room this long: placed anyway (LRU evicts)
     # A request whose best replica (its cached prefix counted) is saturated waits for it, rather than re-prefilling
     # its context on a worse replica that has a free slot.
     wait_for_cache: bool = False
+    max_cache_wait_s: float = Field(default=5.0, ge=0)  # then it takes a free replica after all
     # With an ordering part on, a full queue rejects its lowest-ranked waiter instead of a higher-ranked newcomer.
     shed_lowest: bool = True
 

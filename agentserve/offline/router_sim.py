@@ -321,7 +321,7 @@ class Ours(_Base):
 
     def __init__(
         self, block_size: int, policy: PolicyName = "kv", scheduling: SchedulingConfig | None = None, *,
-        max_wait_s: float = 20.0, max_waiting: int = 1024, **cost: Any,
+        max_wait_s: float = 30.0, max_waiting: int = 1024, **cost: Any,
     ) -> None:  # fmt: skip
         self.name = f"agentserve {policy}"
         self.queues = scheduling is not None

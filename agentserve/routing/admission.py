@@ -9,7 +9,9 @@ as 529 (Anthropic) / 503 with `Retry-After` before any byte. With a rank term on
 lowest-ranked waiter rather than a newcomer that ranks above it (`shed_lowest`).
 
 Two ways in: `wait` (asyncio, the Router deployment) and `offer` with callbacks plus `expire` (the simulator's
-virtual clock). `pump`'s admit function may return `DEFER`: this waiter cannot go now (KV pressure), try the next.
+virtual clock). `pump`'s admit function may return a `Deferred`: this waiter cannot go now, try the next; one
+deferred for a given replica (it waits for that replica's cache) is passed over without being placed again while
+that replica stays saturated, so a pump costs one placement per waiter that might go.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ from agentserve.routing.scheduling.base import RankTerm, Waiting
 T = TypeVar("T")
 
 
-class _Defer:
-    def __repr__(self) -> str:
-        return "DEFER"
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """Not now: `replica` is the saturated replica it waits for (None: no replica has room for it), until `until`
+    (then it is placed again whatever that replica's state)."""
+
+    replica: str | None = None
+    until: float = float("inf")
 
 
-DEFER: Final = _Defer()
-MAX_DEFERRED = 64  # waiters passed over per pump before it stops looking (bounds a pump's work)
+DEFER: Final = Deferred()
+MAX_DEFERRED = 32  # waiters placed and deferred per pump before it stops looking (bounds a pump's work)
 
 
 @dataclass(slots=True, eq=False)
@@ -43,6 +49,8 @@ class Ticket:
     deadline: float
     done: bool = False
     future: asyncio.Future | None = None  # `wait`'s: a cancelled caller is skipped
+    blocked_on: str | None = None  # the saturated replica it was last deferred for
+    blocked_until: float = 0.0
 
     @property
     def live(self) -> bool:
@@ -126,27 +134,35 @@ class AdmissionQueue(Generic[T]):
         return True
 
     # -- leaving ---------------------------------------------------------------------
-    def pump(self, try_admit: Callable[[Any], T | None | _Defer]) -> int:
-        """Admit waiters in rank order while `try_admit` finds room (None: no room for anyone; DEFER: not for
-        this one, try the next); returns how many were admitted."""
+    def pump(self, try_admit: Callable[[Any], T | None | Deferred], is_open: Callable[[str], bool] | None = None) -> int:
+        """Admit waiters in rank order while `try_admit` finds room (None: no room for anyone; a Deferred: not for
+        this one, try the next); `is_open(replica)`: whether a replica a waiter was deferred for has room now (a
+        waiter whose replica is still full is passed over unplaced). Returns how many were admitted."""
         admitted = 0
-        deferred: list[Ticket] = []
+        passed: list[Ticket] = []
+        placed_in_vain = 0
         now = self._clock()
-        while len(deferred) < MAX_DEFERRED:
+        while placed_in_vain < MAX_DEFERRED:
             ticket = self._pop_best(now)
             if ticket is None:
                 break
+            blocked = ticket.blocked_on is not None and now < ticket.blocked_until
+            if blocked and is_open is not None and not is_open(ticket.blocked_on):  # type: ignore[arg-type]
+                passed.append(ticket)
+                continue
             result = try_admit(ticket.w.req)
             if result is None:
-                deferred.append(ticket)
+                passed.append(ticket)
                 break
-            if result is DEFER:
-                deferred.append(ticket)
+            if isinstance(result, Deferred):
+                ticket.blocked_on, ticket.blocked_until = result.replica, result.until
+                passed.append(ticket)
+                placed_in_vain += 1
                 continue
             self._finish(ticket)
             ticket.resolve(result)
             admitted += 1
-        for ticket in deferred:
+        for ticket in passed:
             self._put_back(ticket, now)
         return admitted
 

@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from agentserve.protocol import RouteDecision, RouteRequest
 from agentserve.protocol.cluster import ReplicaStats
-from agentserve.routing.admission import DEFER, AdmissionQueue
+from agentserve.routing.admission import DEFER, AdmissionQueue, Deferred
 from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import Candidate, Choice, CostConfig, request_blocks, saturated
 from agentserve.routing.index import ApplyStats, EventIndex
@@ -79,6 +79,7 @@ class KvRouter:
         self._unbounded = replace(
             cfg.cost, max_in_flight=None, max_active_tokens=None, max_prefill_tokens=None
         ) if sched.wait_for_cache else None  # fmt: skip
+        self._held: dict[tuple[str, str], float] = {}  # (request, why) -> when first held back (_hold)
         self._kv = KvPressure(
             high_watermark=sched.kv_high_watermark, keep_gap_s=sched.kv_keep_gap_s, max_sessions=cfg.max_sessions
         ) if sched.kv_pressure else None  # fmt: skip
@@ -153,8 +154,9 @@ class KvRouter:
         decision = self._place(req)
         return decision if isinstance(decision, RouteDecision) else None
 
-    def _place(self, req: RouteRequest) -> RouteDecision | None | object:
-        """Route now; None when every replica is saturated, DEFER when some have slots but no KV room for it."""
+    def _place(self, req: RouteRequest) -> RouteDecision | None | Deferred:
+        """Route now; None when every replica is saturated; Deferred when some have slots but not for it (its
+        best replica is saturated, or none has KV room for it)."""
         self.expire()
         self.sweep_leases()
         if not self._replicas:
@@ -182,10 +184,13 @@ class KvRouter:
             cands, home = kv
         new_session = bool(session) and home is None and not continuing
         placement = Placement(cands, req.prompt_tokens, new_blocks, home, new_session)
-        if self._unbounded is not None and policy.uses_sessions:
+        if self._unbounded is not None and policy.uses_sessions and not self._held_long(req, "cache"):
             choice = policy.pick(placement, self._unbounded, self._rng)  # the best replica, saturated or not
             if choice is not None and saturated(self._load.load(choice.replica), self.cfg.cost):
-                return DEFER if any(not saturated(c.load, self.cfg.cost) for c in cands) else None
+                since = self._hold(req, "cache")  # its wait for the cache counts from its first try
+                if all(saturated(c.load, self.cfg.cost) for c in cands):
+                    return None
+                return Deferred(choice.replica, since + self.cfg.scheduling.max_cache_wait_s)
         else:
             choice = policy.pick(placement, self.cfg.cost, self._rng)
         if choice is None:
@@ -315,7 +320,7 @@ class KvRouter:
     def _kv_candidates(
         self, req: RouteRequest, session: str, home: str | None, cands: tuple[Candidate, ...],
         overlaps: dict[str, int], new_blocks: float,
-    ) -> tuple[tuple[Candidate, ...], str | None] | None | object:
+    ) -> tuple[tuple[Candidate, ...], str | None] | None | Deferred:
         """The candidates with KV room for this request, and its home (none when its home gave its blocks up and
         they are gone); None / DEFER when none has room (every replica saturated / some have slots)."""
         kv, now = self._kv, self._clock()
@@ -324,13 +329,32 @@ class KvRouter:
             if overlaps.get(home, 0) * self.cfg.cost.block_size < req.prompt_tokens // 2:
                 home = None  # its blocks are gone: placed where there is room, not sent back to evict others'
         own = kv.own_blocks(session, new_blocks, max(overlaps.values(), default=0))
+        if self._held_long(req, "kv"):
+            return cands, home  # held long enough: placed by the cost, the engine's LRU evicts what it must
         fits = tuple(c for c in cands if kv.admits(c.replica, session, own, c.load.in_flight, now))
         if fits:
             return fits, home
         if all(saturated(c.load, self.cfg.cost) for c in cands):
             return None
-        self.counters["kv_deferred"] = self.counters.get("kv_deferred", 0) + 1
+        self._hold(req, "kv")
         return DEFER
+
+    def _hold(self, req: RouteRequest, why: str) -> float:
+        """`req` is held back (kv: no KV room; cache: waits for its saturated best replica); since when."""
+        self.counters[f"{why}_deferred"] = self.counters.get(f"{why}_deferred", 0) + 1
+        key = (req.request_id, why)
+        if key not in self._held:
+            self._held[key] = self._clock()
+            if len(self._held) > 2 * self.cfg.max_waiting:  # those that left the queue unplaced
+                self._held.pop(next(iter(self._held)))
+        return self._held.get(key, self._clock())
+
+    def _held_long(self, req: RouteRequest, why: str) -> bool:
+        since = self._held.get((req.request_id, why))
+        if since is None:
+            return False
+        sched = self.cfg.scheduling
+        return self._clock() - since >= (sched.kv_max_defer_s if why == "kv" else sched.max_cache_wait_s)
 
     def _ended(self, request_id: str) -> None:
         if self._kv is not None:
@@ -366,12 +390,19 @@ class KvRouter:
         if session:
             self._sessions.touch(session, choice.replica, self._clock())
         self.counters["routed"] += 1
+        if self._held:
+            self._held.pop((req.request_id, "kv"), None)
+            self._held.pop((req.request_id, "cache"), None)
         if choice.reason in ("prefix", "affinity"):
             self.counters[choice.reason] += 1
 
     def _pump(self) -> None:
         if len(self._queue):
-            self._queue.pump(self._place)
+            self._queue.pump(self._place, self._open)
+
+    def _open(self, replica: str) -> bool:
+        """Worth placing a waiter deferred for `replica` again: it has room, or it left (placed anew)."""
+        return replica not in self._replicas or not saturated(self._load.load(replica), self.cfg.cost)
 
     def _policy_named(self, name: str) -> RoutingPolicy:
         policy = self._policies.get(name)

@@ -29,8 +29,10 @@ class SchedulingConfig:
     # A request whose best replica by the cost (its cached prefix counted) is saturated waits for it rather than
     # taking a worse one that is free: late binding that keeps a session where its KV is (KvRouter).
     wait_for_cache: bool = False
+    max_cache_wait_s: float = 5.0  # then it takes a free replica after all
     kv_high_watermark: float = 0.9  # of a replica's KV blocks: above it, new work may not evict kept sessions
     kv_keep_gap_s: float = 30.0  # an idle session is expected back within this (its tool gap); later it may go
+    kv_max_defer_s: float = 10.0  # a request held back for KV room this long is placed anyway (LRU evicts)
     shed_lowest: bool = True  # with an ordering term on, a full queue rejects its lowest-ranked waiter, not the newcomer
 
     @property

@@ -134,3 +134,41 @@ def test_wait_for_cache_holds_a_session_for_its_saturated_home_instead_of_a_free
             assert r.try_route(req(2, "s", 66, continues=True)).replica_id == home
         else:
             assert d.replica_id != home  # today: re-prefills 64 blocks on the free replica
+
+
+def test_a_request_waits_for_its_cache_only_max_cache_wait_s_then_takes_a_free_replica():
+    clock = Clock()
+    cfg = RouterConfig(cost=CostConfig(block_size=BS, max_in_flight=1), expire_after_s=1e9, lease_s=1e9,
+                       scheduling=SchedulingConfig(wait_for_cache=True, max_cache_wait_s=5.0))
+    r = KvRouter(cfg, clock=clock)
+    for name in ("e0", "e1"):
+        r.register(name, events=True)
+    home = r.try_route(req(0, "s", 64)).replica_id
+    r.stored_hashes(home, [hash(("s", k)) for k in range(64)])
+    r.release("r0")
+    r.route_to(req(1, "t", 2), home)
+    assert r.try_route(req(2, "s", 66, continues=True)) is None
+    clock.t = 4.9
+    assert r.try_route(req(2, "s", 66, continues=True)) is None
+    clock.t = 5.0
+    assert r.try_route(req(2, "s", 66, continues=True)).replica_id not in (None, home)
+
+
+def test_the_queue_places_a_waiter_again_once_its_cache_wait_is_over_even_if_its_replica_stays_full():
+    got: list[str] = []
+    clock = Clock()
+    cfg = RouterConfig(cost=CostConfig(block_size=BS, max_in_flight=1), expire_after_s=1e9, lease_s=1e9,
+                       scheduling=SchedulingConfig(wait_for_cache=True, max_cache_wait_s=5.0))
+    r = KvRouter(cfg, clock=clock)
+    for name in ("e0", "e1"):
+        r.register(name, events=True)
+    home = r.try_route(req(0, "s", 64)).replica_id
+    r.stored_hashes(home, [hash(("s", k)) for k in range(64)])
+    r.release("r0")
+    r.route_to(req(1, "t", 2), home)
+    other = r.try_route(req(3, "u", 2, prefix="u"))
+    assert other is not None and other.replica_id != home  # both replicas full now
+    assert r.offer(req(2, "s", 66, continues=True), lambda d: got.append(d.replica_id), lambda e: got.append("x")) is None
+    clock.t = 6.0
+    r.release("r3")  # the other replica frees up; the home stays full
+    assert got == [other.replica_id]
