@@ -3,14 +3,14 @@
     agentserve trace generate -o /tmp/agents.jsonl.gz --sessions 1200
     agentserve bench replay /tmp/agents.jsonl.gz --sim [--replicas 4,16,64] [--load 0.5,0.8,1.0,1.2,1.5]
         [--policies round-robin,kv,kv+session_fairness] [--sessions-per-replica 150] [--block-size 256]
-    agentserve bench replay /tmp/agents.jsonl.gz --live --url http://127.0.0.1:8000 [--sessions 4] [--load 1]
+    agentserve bench replay /tmp/agents.jsonl.gz --live --url http://127.0.0.1:8000 [--sessions 4] [--speedup 1]
 
 --sim: every policy replays the same sessions at each (replicas, load); a turn arrives its recorded gap after its
 previous response ends in the simulation, a subagent when its spawning request ends, a waiting parent when its
 subagents end (offline/trace_workload.py). Load is a share of capacity: 100% = the lower of the session rate at
 which the replicas prefill all the time with one shared unbounded cache and the rate at which their KV blocks just
-hold every live session's context through its gaps. Policies: `round-robin`; `kv` (today's KV routing, each request placed at once
-and queued FCFS at its replica); `kv+queue` (the same, waiting in the router's admission queue, FCFS);
+hold every live session's context through its gaps. Policies: `round-robin`; `kv` (today's KV routing, each
+request placed at once and queued FCFS at its replica); `kv+queue` (the same, waiting in the router's admission queue, FCFS);
 `kv+SWITCH[+...]` with SWITCH a boolean of routing/scheduling SchedulingConfig (session_fairness,
 interactive_first, key_shares, kv_pressure); also `power-of-two`, `session-affinity`.
 
@@ -122,7 +122,7 @@ def trace_info(path: Path, records: list[TraceRecord], sessions: list[sim.Sessio
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(argv or ())
-    if "--live" in argv and not {"-h", "--help"} & set(argv):  # its own options (bench/trace_live.py)
+    if "--live" in argv:  # its own options (bench/trace_live.py)
         from agentserve.bench import trace_live
 
         return trace_live.main([a for a in argv if a != "--live"])
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--live", action="store_true",
                       help="against a running graph: `agentserve bench replay TRACE --live --help` for its options")
     ap.add_argument("--replicas", default="4,16,64")
-    ap.add_argument("--load", default="0.5,0.8,1.0,1.2,1.5", help="shares of capacity (--sim); --live: one speed-up")
+    ap.add_argument("--load", default="0.5,0.8,1.0,1.2,1.5", help="shares of capacity (docs/TRACES.md)")
     ap.add_argument("--policies", default="round-robin,kv")
     ap.add_argument("--sessions-per-replica", type=int, default=0,
                     help="replay the first N x replicas programs of the trace (0: all of it at every size)")
