@@ -60,8 +60,9 @@ class Ticket:
 class AdmissionQueue(Generic[T]):
     def __init__(
         self, *, max_waiting: int, max_wait_s: float, retry_after_s: float, clock: Callable[[], float],
-        terms: Sequence[RankTerm] = (), shed_lowest: bool = True,
+        terms: Sequence[RankTerm] = (), shed_lowest: bool = True, on_drop: Callable[[Any], None] | None = None,
     ) -> None:  # fmt: skip
+        self._on_drop = on_drop  # told of every item that leaves unadmitted (turned away, timed out, cancelled)
         self._terms = tuple(terms)
         self._dynamic = any(t.dynamic for t in self._terms)
         self._heap: list[tuple[tuple, Ticket]] = []  # static order: ranked once, on arrival
@@ -99,6 +100,8 @@ class AdmissionQueue(Generic[T]):
         now = self._clock()
         ticket = Ticket(Waiting(item, now, priority_jump, next(self._seq)), resolve, reject, now + self._max_wait)
         if len(self) >= self._max_waiting and not self._displace_for(ticket, now):
+            if self._on_drop is not None:
+                self._on_drop(item)
             raise self.overloaded(f"{self._max_waiting} requests already waiting")
         if self._dynamic:
             self._list.append(ticket)
@@ -159,7 +162,7 @@ class AdmissionQueue(Generic[T]):
                 passed.append(ticket)
                 placed_in_vain += 1
                 continue
-            self._finish(ticket)
+            self._finish(ticket, admitted=True)
             ticket.resolve(result)
             admitted += 1
         for ticket in passed:
@@ -181,11 +184,13 @@ class AdmissionQueue(Generic[T]):
     def _tickets(self) -> list[Ticket]:
         return self._list if self._dynamic else [t for _, t in self._heap]
 
-    def _finish(self, ticket: Ticket) -> None:
+    def _finish(self, ticket: Ticket, admitted: bool = False) -> None:
         if ticket.done:
             return
         ticket.done = True
         self._waiting -= 1
+        if not admitted and self._on_drop is not None:
+            self._on_drop(ticket.w.req)
         if self._dynamic:
             try:
                 self._list.remove(ticket)

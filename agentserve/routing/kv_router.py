@@ -21,6 +21,7 @@ from agentserve.routing.approx import ApproxIndex
 from agentserve.routing.cost import Candidate, Choice, CostConfig, request_blocks, saturated
 from agentserve.routing.index import ApplyStats, EventIndex
 from agentserve.kv_events.format import KvEvent
+from agentserve.routing.holds import Holds
 from agentserve.routing.kv_pressure import KvPressure
 from agentserve.routing.load import LoadTracker, ReplicaLoad
 from agentserve.routing.policies import Placement, PolicyName, PrefixIndexes, RoutingPolicy, make_policy
@@ -73,13 +74,13 @@ class KvRouter:
         self._terms = make_terms(sched)
         self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
             max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock,
-            terms=self._terms, shed_lowest=sched.shed_lowest,
+            terms=self._terms, shed_lowest=sched.shed_lowest, on_drop=self._dropped,
         )  # fmt: skip
         # wait_for_cache: the cost rule over every replica, saturation aside (a saturated best one means wait).
         self._unbounded = replace(
             cfg.cost, max_in_flight=None, max_active_tokens=None, max_prefill_tokens=None
         ) if sched.wait_for_cache else None  # fmt: skip
-        self._held: dict[tuple[str, str], float] = {}  # (request, why) -> when first held back (_hold)
+        self._holds = Holds(max_held=2 * cfg.max_waiting)  # requests held back while replicas have room
         self._kv = KvPressure(
             high_watermark=sched.kv_high_watermark, keep_gap_s=sched.kv_keep_gap_s, max_sessions=cfg.max_sessions
         ) if sched.kv_pressure else None  # fmt: skip
@@ -185,12 +186,9 @@ class KvRouter:
         new_session = bool(session) and home is None and not continuing
         placement = Placement(cands, req.prompt_tokens, new_blocks, home, new_session)
         if self._unbounded is not None and policy.uses_sessions and not self._held_long(req, "cache"):
-            choice = policy.pick(placement, self._unbounded, self._rng)  # the best replica, saturated or not
-            if choice is not None and saturated(self._load.load(choice.replica), self.cfg.cost):
-                since = self._hold(req, "cache")  # its wait for the cache counts from its first try
-                if all(saturated(c.load, self.cfg.cost) for c in cands):
-                    return None
-                return Deferred(choice.replica, since + self.cfg.scheduling.max_cache_wait_s)
+            choice = self._best_for_cache(req, placement)
+            if isinstance(choice, Deferred) or choice is None:
+                return choice
         else:
             choice = policy.pick(placement, self.cfg.cost, self._rng)
         if choice is None:
@@ -339,22 +337,39 @@ class KvRouter:
         self._hold(req, "kv")
         return DEFER
 
-    def _hold(self, req: RouteRequest, why: str) -> float:
+    def _best_for_cache(self, req: RouteRequest, placement: Placement) -> Choice | Deferred | None:
+        """wait_for_cache: the best replica by the cost over every replica, saturation aside, each one's pending
+        prefill counting the requests already waiting for it (routing/holds.py); if it is saturated, wait for it
+        (None: every replica is saturated)."""
+        bs = self.cfg.cost.block_size
+        cands = tuple(
+            replace(c, load=replace(c.load, prefill_tokens=c.load.prefill_tokens + backlog))
+            if (backlog := self._holds.backlog(c.replica, req.request_id)) else c
+            for c in placement.candidates
+        )
+        choice = self._policy.pick(replace(placement, candidates=cands), self._unbounded, self._rng)
+        if choice is None or not saturated(self._load.load(choice.replica), self.cfg.cost):
+            return choice
+        uncached = max(0, req.prompt_tokens - choice.overlap_blocks * bs)
+        since = self._hold(req, "cache", choice.replica, uncached)  # its wait counts from its first try
+        if all(saturated(c.load, self.cfg.cost) for c in placement.candidates):
+            return None
+        return Deferred(choice.replica, since + self.cfg.scheduling.max_cache_wait_s)
+
+    def _hold(self, req: RouteRequest, why: str, replica: str | None = None, tokens: int = 0) -> float:
         """`req` is held back (kv: no KV room; cache: waits for its saturated best replica); since when."""
         self.counters[f"{why}_deferred"] = self.counters.get(f"{why}_deferred", 0) + 1
-        key = (req.request_id, why)
-        if key not in self._held:
-            self._held[key] = self._clock()
-            if len(self._held) > 2 * self.cfg.max_waiting:  # those that left the queue unplaced
-                self._held.pop(next(iter(self._held)))
-        return self._held.get(key, self._clock())
+        return self._holds.hold(req.request_id, why, self._clock(), replica, tokens)
 
     def _held_long(self, req: RouteRequest, why: str) -> bool:
-        since = self._held.get((req.request_id, why))
-        if since is None:
-            return False
         sched = self.cfg.scheduling
-        return self._clock() - since >= (sched.kv_max_defer_s if why == "kv" else sched.max_cache_wait_s)
+        limit = sched.kv_max_defer_s if why == "kv" else sched.max_cache_wait_s
+        waited = self._holds.waited(req.request_id, why, self._clock())
+        return waited > 0 and waited >= limit
+
+    def _dropped(self, req: RouteRequest) -> None:
+        """The queue turned `req` away (full, or it waited max_wait_s) or its caller left: it holds nothing."""
+        self._holds.drop(req.request_id)
 
     def _ended(self, request_id: str) -> None:
         if self._kv is not None:
@@ -390,9 +405,8 @@ class KvRouter:
         if session:
             self._sessions.touch(session, choice.replica, self._clock())
         self.counters["routed"] += 1
-        if self._held:
-            self._held.pop((req.request_id, "kv"), None)
-            self._held.pop((req.request_id, "cache"), None)
+        if len(self._holds):
+            self._holds.drop(req.request_id)
         if choice.reason in ("prefix", "affinity"):
             self.counters[choice.reason] += 1
 
