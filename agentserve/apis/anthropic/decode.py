@@ -6,6 +6,8 @@
   blocks next to the prompt); assistant text is kept block by block, as generated.
 - Assistant thinking must carry a signature this server issued over that exact text, to this caller, at that place
   in the conversation (apis/origin.py): anything else is refused as Anthropic refuses an invalid signature (400).
+  A block returned with its text omitted (`thinking.display: "omitted"`) comes back with empty `thinking`: its
+  signature carries the text, which is what the prompt renders (apis/anthropic/signature.py).
   `redacted_thinking` is opaque (this server never issues it and the model cannot read it), so it is accepted and
   left out of the prompt.
 - `tool_result` content (string or blocks) and `is_error` reach the prompt; `cache_control` is accepted anywhere
@@ -32,6 +34,7 @@ from agentserve.apis.anthropic.schema import (
     ServerToolResultParam,
     ServerToolUseParam,
     TextParam,
+    ThinkingAdaptive,
     ThinkingEnabled,
     ThinkingParam,
     ToolAdditionParam,
@@ -271,9 +274,12 @@ class _TurnBuilder:
             if isinstance(block, TextParam):
                 blocks.append(TextBlock(text=block.text))
             elif isinstance(block, ThinkingParam):
-                if self._signer is not None and not self._signer.verify(block.thinking, block.signature, origin):
-                    raise _bad(f"{at}: Invalid `signature` in `thinking` block", at)
-                blocks.append(ReasoningBlock(text=block.thinking, signature=block.signature))
+                text = block.thinking
+                if self._signer is not None:  # a block sent with its text omitted gets it back from its signature
+                    text = self._signer.reasoning(block.thinking, block.signature, origin)
+                    if text is None:
+                        raise _bad(f"{at}: Invalid `signature` in `thinking` block", at)
+                blocks.append(ReasoningBlock(text=text, signature=block.signature))
             elif isinstance(block, RedactedThinkingParam):
                 continue  # opaque: accepted, never rendered
             elif isinstance(block, ToolUseParam):
@@ -433,6 +439,11 @@ def conversation(
 def thinking_switch(req: CountTokensRequest) -> bool | None:
     """`thinking` -> the API-neutral switch (None: the client did not say; the preprocessor decides)."""
     return None if req.thinking is None else req.thinking.type != "disabled"
+
+
+def thinking_omitted(req: CountTokensRequest) -> bool:
+    """`thinking.display: "omitted"`: thinking blocks go out without their text (the signature carries it)."""
+    return isinstance(req.thinking, (ThinkingEnabled, ThinkingAdaptive)) and req.thinking.display == "omitted"
 
 
 def parallel_tool_use(req: CountTokensRequest) -> bool:

@@ -3,6 +3,8 @@
 Stream grammar (harness-contracts A.5): message_start, then per block content_block_start, deltas,
 content_block_stop, then message_delta and message_stop; `event:` always equals `data.type`; no `[DONE]`.
 - thinking: thinking_delta*, then signature_delta (HMAC over the block's text and its origin) just before its stop;
+  with `thinking.display: "omitted"` no thinking_delta, the block's `thinking` stays "", and the signature_delta
+  carries the text sealed (apis/anthropic/signature.py), as Anthropic sends such blocks;
 - text: text_delta*;
 - tool_use: `toolu_` id, input_json_delta whose fragments concatenate to the input object, and its
   content_block_stop as soon as the parser decoded the call's closing marker. Without the client's
@@ -87,6 +89,7 @@ class MessageEncoder:
         live_tool_args: bool = False,
         parallel_tool_use: bool = True,
         emit_thinking: bool = True,  # False when the client disabled thinking: reasoning is parsed, then dropped
+        omit_thinking_text: bool = False,  # `thinking.display: "omitted"`: blocks without text, sealed signature
     ) -> None:
         self.id = message_id
         self.model = model
@@ -97,6 +100,8 @@ class MessageEncoder:
         self._live = live_tool_args
         self._parallel = parallel_tool_use
         self._emit_thinking = emit_thinking
+        self._omit_thinking = omit_thinking_text
+        self._reasoning = ""  # the open thinking block's text when the client gets it omitted
         self.content: list[dict[str, Any]] = []
         self._open: int | None = None  # index of the open block
         self._thinking: list[str] = []  # text of the open thinking block
@@ -157,7 +162,11 @@ class MessageEncoder:
             return
         index, block = self._open, self.content[self._open]
         if block["type"] == "thinking":
-            block["signature"] = self._signer.sign(block["thinking"], self._origin)
+            if self._omit_thinking:
+                block["signature"] = self._signer.seal(self._reasoning, self._origin)
+                self._reasoning = ""
+            else:
+                block["signature"] = self._signer.sign(block["thinking"], self._origin)
             delta = {"type": "signature_delta", "signature": block["signature"]}
             out.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
         out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
@@ -182,6 +191,9 @@ class MessageEncoder:
                     continue
                 if self._open is None or self.content[self._open]["type"] != "thinking":
                     self._open_block({"type": "thinking", "thinking": "", "signature": ""}, out)
+                if self._omit_thinking:  # no thinking_delta: the text travels sealed in the signature_delta
+                    self._reasoning += ev.text
+                    continue
                 self.content[self._open]["thinking"] += ev.text
                 self._delta({"type": "thinking_delta", "thinking": ev.text}, out)
             elif isinstance(ev, ToolCallStart):

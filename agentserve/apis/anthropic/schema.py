@@ -187,10 +187,13 @@ ToolChoice = Annotated[
 ]
 
 
+ThinkingDisplay = Literal["summarized", "omitted"]  # omitted: blocks come back without text, signature only
+
+
 class ThinkingEnabled(_Open):
     type: Literal["enabled"]
     budget_tokens: int
-    display: str | None = None
+    display: ThinkingDisplay | None = None
 
 
 class ThinkingDisabled(_Open):
@@ -199,7 +202,7 @@ class ThinkingDisabled(_Open):
 
 class ThinkingAdaptive(_Open):
     type: Literal["adaptive"]
-    display: str | None = None
+    display: ThinkingDisplay | None = None
 
 
 Thinking = Annotated[Union[ThinkingEnabled, ThinkingDisabled, ThinkingAdaptive], Field(discriminator="type")]

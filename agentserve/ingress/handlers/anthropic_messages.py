@@ -196,6 +196,7 @@ class AnthropicMessagesHandler:
             live_tool_args=bool(body.stream) and FINE_GRAINED_TOOL_STREAMING in _betas(request),
             parallel_tool_use=anthropic.parallel_tool_use(body),
             emit_thinking=gen.thinking is not False,
+            omit_thinking_text=anthropic.thinking_omitted(body),
         )
         return Decoded(served.model, gen, options, bool(body.stream), reply)
 

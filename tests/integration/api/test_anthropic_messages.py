@@ -412,6 +412,47 @@ def test_request_kinds_from_claude_code_headers(graph_url, client):
         "tool_result": 1, "compaction": 1, "subagent_spawn": 1, "user_message": 0}
 
 
+def test_thinking_display_omitted_streams_signatures_only_and_replays_the_real_reasoning(graph_url, client):
+    """`display: "omitted"`: each thinking block streams as start, signature_delta, stop (no thinking_delta, empty
+    `thinking`); sent back so, the blocks are accepted and the next prompt renders the reasoning the model wrote:
+    it counts as the text-shown history does and reuses the whole first turn from the prefix cache."""
+    body = {"model": MODEL, "max_tokens": 4096, "stream": True, "tools": FILE_TOOLS,
+            "thinking": {"type": "adaptive", "display": "omitted"},
+            "messages": [{"role": "user", "content": "AS_INTERLEAVED omitted please"}]}
+    r, frames = raw_stream(graph_url, body, {"anthropic-beta": "interleaved-thinking-2025-05-14"})
+    assert r.status_code == 200
+    check_grammar(frames)
+    deltas = [d["delta"]["type"] for n, d in frames if n == "content_block_delta"]
+    assert "thinking_delta" not in deltas and deltas.count("signature_delta") == 2
+    starts = [d["content_block"] for n, d in frames if n == "content_block_start"]
+    assert [b["type"] for b in starts] == ["thinking", "tool_use", "thinking", "tool_use"]
+    assert starts[0] == {"type": "thinking", "thinking": "", "signature": ""}
+    signatures = [d["delta"]["signature"] for n, d in frames if n == "content_block_delta"
+                  and d["delta"]["type"] == "signature_delta"]
+    first_usage = frames[0][1]["message"]["usage"]
+    out_tokens = [d for n, d in frames if n == "message_delta"][0]["usage"]["output_tokens"]
+    calls = [b for b in starts if b["type"] == "tool_use"]
+    inputs = [{"path": "a.txt"}, {"path": "."}]
+    assistant = [{"type": "thinking", "thinking": "", "signature": signatures[0]},
+                 {**calls[0], "input": inputs[0]},
+                 {"type": "thinking", "thinking": "", "signature": signatures[1]},
+                 {**calls[1], "input": inputs[1]}]
+    history = [*body["messages"], {"role": "assistant", "content": assistant}, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": calls[0]["id"], "content": "AS_RESULT_SEEN a"},
+        {"type": "tool_result", "tool_use_id": calls[1]["id"], "content": "b.txt"}]}]
+    shown = copy.deepcopy(history)
+    shown[1]["content"][0]["thinking"], shown[1]["content"][2]["thinking"] = (
+        "First I read the file.", "Then I list the folder.")
+    kwargs = dict(model=MODEL, tools=FILE_TOOLS, thinking={"type": "adaptive", "display": "omitted"})
+    assert (client.messages.count_tokens(**kwargs, messages=history).input_tokens
+            == client.messages.count_tokens(**kwargs, messages=shown).input_tokens)
+    reply = client.messages.create(**kwargs, max_tokens=4096, messages=history)
+    assert [b.type for b in reply.content] == ["thinking", "text"] and reply.content[0].thinking == ""
+    assert reply.content[-1].text == "Both results are in."
+    prompt1 = first_usage["input_tokens"] + first_usage["cache_read_input_tokens"]
+    assert reply.usage.cache_read_input_tokens >= prompt1 + out_tokens - 32  # all but the last partial block
+
+
 def _mcp_tool(name: str, **extra) -> dict:
     return {"name": name, "description": f"GitHub MCP: {name}.", **extra,
             "input_schema": {"type": "object", "properties": {"title": {"type": "string"}}}}
