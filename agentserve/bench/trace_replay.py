@@ -40,7 +40,9 @@ DEFAULT_KV_BLOCKS = 8192  # x 256 tokens = 2.1M tokens of KV per replica (a B200
 
 
 def make_policy(spec: str, block_size: int) -> Callable[[], sim.SimRouter]:
-    """A simulated router by name; `kv+a+b` is agentserve's KV router with scheduling switches a and b on."""
+    """A simulated router by name. `kv+a+b=v` is agentserve's KV router with its admission queue and scheduling
+    (routing/scheduling SchedulingConfig): boolean switch a on, numeric field b set to v; `kv+queue` the queue with
+    every switch off (FCFS)."""
     fixed: dict[str, Callable[[], sim.SimRouter]] = {
         "round-robin": sim.RoundRobin,
         "power-of-two": sim.PowerOfTwo,
@@ -49,19 +51,28 @@ def make_policy(spec: str, block_size: int) -> Callable[[], sim.SimRouter]:
     }
     if spec in fixed:
         return fixed[spec]
-    base, *switches = spec.split("+")
-    if base != "kv" or not switches:
+    base, *parts = spec.split("+")
+    if base != "kv" or not parts:
         raise ValueError(f"unknown policy {spec!r}: round-robin, power-of-two, session-affinity, kv, kv+SWITCH...")
     from agentserve.routing.scheduling import SchedulingConfig
 
-    known = {k for k in SchedulingConfig.__dataclass_fields__ if isinstance(getattr(SchedulingConfig(), k), bool)}
-    known.add("queue")  # the router's admission queue alone, FCFS: every switch off
-    bad = [s for s in switches if s not in known]
-    if bad:
-        raise ValueError(f"{spec!r}: no scheduling switch {bad}; switches: " + ", ".join(sorted(known)))
+    defaults = SchedulingConfig()
+    fields = {k: getattr(defaults, k) for k in SchedulingConfig.__dataclass_fields__
+              if isinstance(getattr(defaults, k, None), (bool, int, float))}
+    chosen: dict[str, Any] = {}
+    for part in parts:
+        name, eq, value = part.partition("=")
+        if name == "queue" and not eq:
+            continue  # the router's admission queue alone
+        if name not in fields or (not eq and not isinstance(fields[name], bool)):
+            raise ValueError(f"{spec!r}: no scheduling switch {name!r}; switches: queue, "
+                             + ", ".join(sorted(k for k, v in fields.items() if isinstance(v, bool)))
+                             + "; numbers (NAME=VALUE): "
+                             + ", ".join(sorted(k for k, v in fields.items() if not isinstance(v, bool))))
+        chosen[name] = True if not eq else type(fields[name])(value)
     if "scheduling" not in inspect.signature(sim.Ours).parameters:
         raise ValueError(f"{spec!r}: the simulator's router takes no scheduling switches yet (router_sim.Ours)")
-    cfg = SchedulingConfig(**{s: True for s in switches if s != "queue"})
+    cfg = SchedulingConfig(**chosen)
 
     def make() -> sim.SimRouter:
         r = sim.Ours(block_size, "kv", scheduling=cfg)  # type: ignore[call-arg]

@@ -83,6 +83,7 @@ class Session:
     parent: int | None = None  # the spawning session (offline/session_flow.py)
     spawns: dict[int, list[int]] = field(default_factory=dict)  # turn -> subagents started when it ends
     joins: dict[int, tuple[list[int], float]] = field(default_factory=dict)  # turn -> (subagents awaited, gap)
+    key: str | None = None  # the API key's short id (a trace's `key`), for per-key shares
 
 
 def make_sessions(w: Workload, session_rate: float) -> list[Session]:

@@ -100,7 +100,7 @@ def sessions_from_trace(records: Iterable[TraceRecord], block_size: int | None =
         out.append(Session(
             sid[n], child[2] if child else rs[0].t, [], turns,
             parent=sid[child[0]] if child else None,
-            spawns={i: list(cs) for i, cs in spawns[n].items()}, joins=joins,
+            spawns={i: list(cs) for i, cs in spawns[n].items()}, joins=joins, key=rs[0].key,
         ))
     return out
 

@@ -53,7 +53,7 @@ def _by_turn(flow: SessionFlow) -> dict[tuple[int, int], object]:
 def test_structure_inferred_from_the_recorded_timeline():
     sessions = {s.sid: s for s in tw.sessions_from_trace(_trace())}
     p, c1, c2, c3 = (sessions[i] for i in range(4))  # by first arrival: P, C1, C2, C3
-    assert p.parent is None and c1.parent == c2.parent == c3.parent == p.sid
+    assert p.parent is None and c1.parent == c2.parent == c3.parent == p.sid and p.key is None
     assert p.spawns == {0: [c1.sid, c2.sid], 1: [c3.sid]}
     assert p.joins == {1: ([c1.sid, c2.sid], pytest.approx(2.0))}  # C3 is not awaited: it ended after P2 came
     assert c1.start_s == pytest.approx(0.5) and c1.turns[0].gap_s == 1.0 and p.turns[1].gap_s == 4.0
@@ -146,6 +146,10 @@ def test_bench_replay_sim_writes_every_figure(tmp_path, capsys):
     assert doc["meta"]["trace"]["programs"] == 6 and doc["meta"]["replay_block_size"] == 256
     with pytest.raises(ValueError):
         trace_replay.make_policy("kv+no_such_switch", 256)
+    with pytest.raises(ValueError):
+        trace_replay.make_policy("kv+aging_tokens_per_s", 256)  # a number needs its value
+    router = trace_replay.make_policy("kv+wait_for_cache+aging_tokens_per_s=500", 256)()
+    assert router.name == "kv+wait_for_cache+aging_tokens_per_s=500"
 
 
 def test_capacity_is_the_lower_of_prefill_and_kv_bounds():
