@@ -149,13 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policies", default="round-robin,kv")
     ap.add_argument("--sessions-per-replica", type=int, default=0,
                     help="replay the first N x replicas programs of the trace (0: all of it at every size)")
-    ap.add_argument("--block-size", type=int, default=0, help=f"replay block size (default max({DEFAULT_BLOCK_SIZE}, the trace's))")
+    ap.add_argument("--block-size", type=int, default=0, help=f"replay block size, a multiple of the trace's (default: the least one >= {DEFAULT_BLOCK_SIZE})")
     ap.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV blocks per simulated replica")
     ap.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/trace_replay_{sim,live}.json)")
     args = ap.parse_args(argv)
     path = Path(args.trace)
     records = read_records(path)
-    bs = args.block_size or max(DEFAULT_BLOCK_SIZE, tw.block_size_of(records))
+    trace_bs = tw.block_size_of(records)
+    bs = args.block_size or trace_bs * -(-DEFAULT_BLOCK_SIZE // trace_bs)
     sessions = tw.sessions_from_trace(records, bs)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
