@@ -3,6 +3,7 @@
     agentserve trace generate -o /tmp/agents.jsonl.gz --sessions 1200
     agentserve bench replay /tmp/agents.jsonl.gz --sim [--replicas 4,16,64] [--load 0.5,0.8,1.0,1.2,1.5]
         [--policies round-robin,kv,kv+session_fairness] [--sessions-per-replica 150] [--block-size 256]
+        [--kv-tokens 2097152]
     agentserve bench replay /tmp/agents.jsonl.gz --live --url http://127.0.0.1:8000 [--sessions 4] [--speedup 1]
 
 --sim: every policy replays the same sessions at each (replicas, load); a turn arrives its recorded gap after its
@@ -36,7 +37,7 @@ from agentserve.traces.jsonl import read_records
 from agentserve.traces.record import TraceRecord
 
 DEFAULT_BLOCK_SIZE = 256  # replay blocks: coarse keeps 100K-token sessions fast to simulate
-DEFAULT_KV_BLOCKS = 8192  # x 256 tokens = 2.1M tokens of KV per replica (a B200 TP4 serving a ~100B model) [S]
+DEFAULT_KV_TOKENS = 1 << 21  # 2.1M tokens of KV per replica: a B200 TP4 beside a ~100-250B FP8 model (docs/TRACES.md)
 
 
 def make_policy(spec: str, block_size: int) -> Callable[[], sim.SimRouter]:
@@ -150,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sessions-per-replica", type=int, default=0,
                     help="replay the first N x replicas programs of the trace (0: all of it at every size)")
     ap.add_argument("--block-size", type=int, default=0, help=f"replay block size, a multiple of the trace's (default: the least one >= {DEFAULT_BLOCK_SIZE})")
-    ap.add_argument("--kv-blocks", type=int, default=DEFAULT_KV_BLOCKS, help="KV blocks per simulated replica")
+    ap.add_argument("--kv-tokens", type=int, default=DEFAULT_KV_TOKENS, help="KV cache per simulated replica, in tokens")
     ap.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/trace_replay_{sim,live}.json)")
     args = ap.parse_args(argv)
     path = Path(args.trace)
@@ -161,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
         make_policy(p, bs)  # fail before any run
-    m = sim.ReplicaModel(kv_blocks=args.kv_blocks)
+    m = sim.ReplicaModel(kv_blocks=args.kv_tokens // bs)
     rows: list[dict[str, Any]] = []
     for n in [int(x) for x in args.replicas.split(",")]:
         chosen = first_programs(sessions, args.sessions_per_replica * n)
