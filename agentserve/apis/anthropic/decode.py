@@ -47,6 +47,7 @@ from agentserve.apis.anthropic.schema import (
     ToolResultParam,
     ToolUseParam,
 )
+from agentserve.apis.anthropic.client_tools import client_tool_spec, is_client_tool
 from agentserve.apis.anthropic.server_tools import call_text, is_server_tool, referenced_tools, result_text
 from agentserve.apis.anthropic.signature import ThinkingSigner
 from agentserve.apis.media import TEXT_ONLY, MediaPolicy
@@ -343,7 +344,10 @@ class _Tools:
 
 
 def _spec(tool: ToolParam, where: str) -> ToolSpec | None:
-    """A custom tool's spec; None for a server tool (web_search_..., code_execution_...): nothing here can run it."""
+    """A custom tool's spec, or an Anthropic-defined client tool's (bash_..., text_editor_...: the harness runs it);
+    None for a server tool (web_search_..., code_execution_..., unknown types): nothing here can run it."""
+    if is_client_tool(tool):
+        return client_tool_spec(tool)
     if is_server_tool(tool):
         return None
     if tool.input_schema is None:

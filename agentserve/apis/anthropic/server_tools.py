@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentserve.apis.anthropic.client_tools import is_client_tool
 from agentserve.apis.anthropic.schema import ServerToolResultParam, ServerToolUseParam, ToolParam
 
 
 def is_server_tool(tool: ToolParam) -> bool:
-    return tool.type not in (None, "custom")
+    """A dated type that is not an Anthropic-defined client tool (apis/anthropic/client_tools.py): web_search_…,
+    and any type nothing here knows."""
+    return tool.type not in (None, "custom") and not is_client_tool(tool)
 
 
 def call_text(block: ServerToolUseParam) -> str:
