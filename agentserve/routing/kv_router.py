@@ -338,28 +338,20 @@ class KvRouter:
         return DEFER
 
     def _best_for_cache(self, req: RouteRequest, placement: Placement) -> Choice | Deferred | None:
-        """wait_for_cache: the best replica by the cost over every replica, saturation aside, each one's pending
-        prefill counting the requests already waiting for it (routing/holds.py); if it is saturated, wait for it
-        (None: every replica is saturated)."""
-        bs = self.cfg.cost.block_size
-        cands = tuple(
-            replace(c, load=replace(c.load, prefill_tokens=c.load.prefill_tokens + backlog))
-            if (backlog := self._holds.backlog(c.replica, req.request_id)) else c
-            for c in placement.candidates
-        )
-        choice = self._policy.pick(replace(placement, candidates=cands), self._unbounded, self._rng)
+        """wait_for_cache: the best replica by the cost over every replica, saturation aside; if it is saturated,
+        wait for it (None: every replica is saturated)."""
+        choice = self._policy.pick(placement, self._unbounded, self._rng)
         if choice is None or not saturated(self._load.load(choice.replica), self.cfg.cost):
             return choice
-        uncached = max(0, req.prompt_tokens - choice.overlap_blocks * bs)
-        since = self._hold(req, "cache", choice.replica, uncached)  # its wait counts from its first try
+        since = self._hold(req, "cache")  # its wait counts from its first try
         if all(saturated(c.load, self.cfg.cost) for c in placement.candidates):
             return None
         return Deferred(choice.replica, since + self.cfg.scheduling.max_cache_wait_s)
 
-    def _hold(self, req: RouteRequest, why: str, replica: str | None = None, tokens: int = 0) -> float:
+    def _hold(self, req: RouteRequest, why: str) -> float:
         """`req` is held back (kv: no KV room; cache: waits for its saturated best replica); since when."""
         self.counters[f"{why}_deferred"] = self.counters.get(f"{why}_deferred", 0) + 1
-        return self._holds.hold(req.request_id, why, self._clock(), replica, tokens)
+        return self._holds.hold(req.request_id, why, self._clock())
 
     def _held_long(self, req: RouteRequest, why: str) -> bool:
         sched = self.cfg.scheduling

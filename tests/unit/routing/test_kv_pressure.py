@@ -174,19 +174,16 @@ def test_the_queue_places_a_waiter_again_once_its_cache_wait_is_over_even_if_its
     assert got == [other.replica_id]
 
 
-def test_requests_waiting_for_a_replicas_cache_count_in_its_pending_prefill_for_the_next_one():
+
+def test_holds_count_from_the_first_try_and_are_bounded():
     from agentserve.routing.holds import Holds
 
     h = Holds(max_held=4)
-    h.hold("a", "cache", 0.0, "e0", 1000)
-    h.hold("b", "cache", 1.0, "e0", 500)
-    h.hold("c", "kv", 1.0)
-    assert h.backlog("e0") == 1500 and h.backlog("e0", "a") == 500 and h.backlog("e1") == 0
-    h.hold("a", "cache", 2.0, "e1", 1000)  # re-deferred for another replica: moves, keeps its first try's time
-    assert h.backlog("e0") == 500 and h.backlog("e1") == 1000 and h.waited("a", "cache", 2.0) == 2.0
-    h.drop("b")
+    assert h.hold("a", "cache", 1.0) == 1.0 and h.hold("a", "cache", 3.0) == 1.0
+    assert h.waited("a", "cache", 4.0) == 3.0 and h.waited("a", "kv", 4.0) == 0.0
+    h.hold("a", "kv", 2.0)
     h.drop("a")
-    assert h.backlog("e0") == 0 and h.backlog("e1") == 0 and len(h) == 1
-    for i in range(10):  # bounded: the oldest holds go first, their backlog with them
-        h.hold(f"x{i}", "cache", 3.0, "e2", 10)
-    assert len(h) == 4 and h.backlog("e2") == 40
+    assert len(h) == 0
+    for i in range(10):
+        h.hold(f"x{i}", "cache", float(i))
+    assert len(h) == 4 and h.waited("x0", "cache", 10.0) == 0.0 and h.waited("x9", "cache", 10.0) == 1.0
