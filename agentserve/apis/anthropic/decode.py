@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from agentserve.apis.anthropic.schema import (
+    HIDDEN_THINKING_DISPLAYS,
     CountTokensRequest,
     DocumentParam,
     ImageParam,
@@ -446,8 +447,10 @@ def thinking_switch(req: CountTokensRequest) -> bool | None:
 
 
 def thinking_omitted(req: CountTokensRequest) -> bool:
-    """`thinking.display: "omitted"`: thinking blocks go out without their text (the signature carries it)."""
-    return isinstance(req.thinking, (ThinkingEnabled, ThinkingAdaptive)) and req.thinking.display == "omitted"
+    """`thinking.display` "omitted" (or "updates"): thinking blocks go out without their text (the signature
+    carries it)."""
+    return (isinstance(req.thinking, (ThinkingEnabled, ThinkingAdaptive))
+            and req.thinking.display in HIDDEN_THINKING_DISPLAYS)
 
 
 def parallel_tool_use(req: CountTokensRequest) -> bool:

@@ -187,7 +187,11 @@ ToolChoice = Annotated[
 ]
 
 
-ThinkingDisplay = Literal["summarized", "omitted"]  # omitted: blocks come back without text, signature only
+# "summarized" (the default) shows the reasoning; "omitted" and "updates" (Claude Code 2.1.3xx, with the
+# thinking-display-updates beta: only the text written between tool calls is shown) hide it: blocks come back without
+# text, signature only. Any other value is served as "summarized": a new display mode must not break a harness.
+ThinkingDisplay = str
+HIDDEN_THINKING_DISPLAYS = ("omitted", "updates")
 
 
 class ThinkingEnabled(_Open):

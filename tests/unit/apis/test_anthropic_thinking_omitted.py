@@ -99,11 +99,16 @@ def test_display_values():
     assert anthropic.thinking_omitted(anthropic.MessagesRequest.model_validate(
         {"model": "m", "max_tokens": 9, "messages": [USER], "thinking": {"type": "enabled", "budget_tokens": 1024,
                                                                           "display": "omitted"}}))
-    assert not anthropic.thinking_omitted(anthropic.MessagesRequest.model_validate(
-        {"model": "m", "max_tokens": 9, "messages": [USER], "thinking": {"type": "adaptive"}}))
+    def omitted(thinking: dict) -> bool:
+        return anthropic.thinking_omitted(anthropic.MessagesRequest.model_validate(
+            {"model": "m", "max_tokens": 9, "messages": [USER], "thinking": thinking}))
+
+    assert not omitted({"type": "adaptive"}) and not omitted({"type": "adaptive", "display": "summarized"})
+    # Claude Code 2.1.332 sends "updates" (only the text between tool calls shown): the reasoning is hidden too
+    assert omitted({"type": "adaptive", "display": "updates"})
+    assert not omitted({"type": "adaptive", "display": "a-future-mode"})  # served, shown: never a 400
     with pytest.raises(ValidationError):
-        anthropic.MessagesRequest.model_validate(
-            {"model": "m", "max_tokens": 9, "messages": [USER], "thinking": {"type": "adaptive", "display": "full"}})
+        omitted({"type": "adaptive", "display": 3})
 
 
 @settings(max_examples=50, deadline=None)
