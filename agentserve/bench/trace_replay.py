@@ -43,7 +43,17 @@ DEFAULT_KV_TOKENS = 1 << 21  # 2.1M tokens of KV per replica: a B200 TP4 beside 
 def make_policy(spec: str, block_size: int) -> Callable[[], sim.SimRouter]:
     """A simulated router by name. `kv+a+b=v` is agentserve's KV router with its admission queue and scheduling
     (routing/scheduling SchedulingConfig): boolean switch a on, numeric field b set to v; `kv+queue` the queue with
-    every switch off (FCFS)."""
+    every switch off (FCFS). `LABEL:SPEC` names a policy in the report."""
+    label, colon, rest = spec.partition(":")
+    if colon:
+        inner = make_policy(rest, block_size)
+
+        def labelled() -> sim.SimRouter:
+            r = inner()
+            r.name = label
+            return r
+
+        return labelled
     fixed: dict[str, Callable[[], sim.SimRouter]] = {
         "round-robin": sim.RoundRobin,
         "power-of-two": sim.PowerOfTwo,
@@ -106,6 +116,7 @@ def replay_sim(
     rows = []
     for spec in policies:
         router = make_policy(spec, block_size)()
+        spec = router.name if ":" in spec else spec
         flow = SessionFlow(scaled, block_size)
         t0 = time.perf_counter()
         res = sim.simulate(router, replicas, scaled, w, m, flow=flow)

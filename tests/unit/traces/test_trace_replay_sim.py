@@ -150,6 +150,7 @@ def test_bench_replay_sim_writes_every_figure(tmp_path, capsys):
         trace_replay.make_policy("kv+aging_tokens_per_s", 256)  # a number needs its value
     router = trace_replay.make_policy("kv+wait_for_cache+aging_tokens_per_s=500", 256)()
     assert router.name == "kv+wait_for_cache+aging_tokens_per_s=500"
+    assert trace_replay.make_policy("fair:kv+session_fairness", 256)().name == "fair"
 
 
 def test_capacity_is_the_lower_of_prefill_and_kv_bounds():
