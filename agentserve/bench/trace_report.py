@@ -67,7 +67,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in sorted(rows, key=lambda r: (r["replicas"], r["load"])):
         t = r["ttft_s"]
         p50, p90, p99 = (f"{t[k]:.2f}" if k in t else "-" for k in ("p50", "p90", "p99"))
-        comp = " | ".join(f"{r['completion_s'][n].get('p50', float('nan')):.0f}" for n in names)
+        comp = " | ".join(f"{r['completion_s'][n]['p50']:.0f}" if "p50" in r["completion_s"][n] else "-" for n in names)
         load = f"x{r['speedup']:g} speed" if "speedup" in r else f"{r['load']:.0%}"
         out.append(
             f"| {r['replicas']} | {load} | {r['policy']} | {p50} / {p90} / {p99} | {comp} "
