@@ -166,3 +166,34 @@ def test_capacity_is_the_lower_of_prefill_and_kv_bounds():
     double = tw.capacity(sessions, sim.ReplicaModel(prefill_overhead_ms=0.0, prefill_ms_per_token=1.0, itl_ms=10.0,
                                                     kv_blocks=200), BS, 2)
     assert double["kv_bound"] == pytest.approx(2 * cap["kv_bound"]) and double["prefill_bound"] == cap["prefill_bound"]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), policy=st.sampled_from(["round-robin", "kv"]))
+def test_a_shed_request_ends_its_session_and_a_waiting_parent_goes_on(seed, policy):
+    shape = TraceShape(sessions=8, seed=seed, subagent_share=1.0, system_tokens=(1_000, 3_000),
+                       context_at_30=(20_000, 40_000), long_turns=(6, 12, 8), short_turns=(2, 4),
+                       subagent_turns=(2, 4), block_size=64)
+    sessions = tw.sessions_from_trace(generate(shape), 128)
+    m = sim.ReplicaModel(kv_blocks=64, shed_after_s=0.5, prefill_ms_per_token=1.0)  # sheds often
+    sessions = tw.rescale(sessions, tw.load_factor(sessions, m, 128, 1, 3.0))
+    flow = SessionFlow(sessions, 128)
+    res = sim.simulate(trace_replay.make_policy(policy, 128)(), 1, sessions, sim.Workload(block_size=128), m, flow)
+    by: dict[int, list] = defaultdict(list)
+    for r in flow.requests:
+        by[r.session].append(r)
+    assert sum(r.shed for r in flow.requests) == res.rejected > 0
+    by_sid = {s.sid: s for s in sessions}
+    for sid, rs in by.items():
+        rs.sort(key=lambda r: r.turn)
+        assert [r.turn for r in rs] == list(range(len(rs)))  # no turn twice, none skipped
+        shed = [r.shed for r in rs]
+        assert not any(shed[:-1])  # nothing after a shed request
+        if not shed[-1]:
+            assert len(rs) == len(by_sid[sid].turns)  # else the session ran to its end
+    for s in sessions:  # a parent whose awaited subagent was shed went on past the join
+        for k, (children, _) in s.joins.items():
+            if (s.sid in by and len(by[s.sid]) >= k and not by[s.sid][k - 1].shed
+                    and any(by[c][-1].shed for c in children if c in by)):
+                assert len(by[s.sid]) > k
+    assert all(not p.complete for p in flow.programs() if any(r.shed for r in flow.requests if r.session == p.root))
