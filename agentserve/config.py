@@ -244,7 +244,7 @@ class SchedulingSpec(_Strict):
     service_half_life_s: float = Field(default=60.0, gt=0)  # attained service decays with this half-life
     # Session fairness: each second a request waits offsets this much of its session's attained service (0: pure
     # least attained service, which holds a long session's turns until they are shed while short ones arrive).
-    aging_tokens_per_s: float = Field(default=0.0, ge=0)
+    aging_tokens_per_s: float = Field(default=500.0, ge=0)
     # KV-pressure awareness: which sessions in a tool gap keep their blocks; new work that would evict them waits.
     kv_pressure: bool = False
     kv_high_watermark: float = Field(default=0.9, gt=0, le=1.0)
@@ -253,7 +253,7 @@ class SchedulingSpec(_Strict):
     # A request whose best replica (its cached prefix counted) is saturated waits for it, rather than re-prefilling
     # its context on a worse replica that has a free slot.
     wait_for_cache: bool = False
-    max_cache_wait_s: float = Field(default=5.0, ge=0)  # then it takes a free replica after all
+    max_cache_wait_s: float = Field(default=30.0, ge=0)  # then it takes a free replica after all
     # With an ordering part on, a full queue rejects its lowest-ranked waiter instead of a higher-ranked newcomer.
     shed_lowest: bool = True
 

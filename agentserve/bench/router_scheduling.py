@@ -29,7 +29,7 @@ from agentserve.routing.scheduling import SchedulingConfig
 
 BLOCK_SIZE = 256
 QUEUE = {"wait_for_cache": True}  # the router queue's base: wait for the replica holding the session's KV
-FAIR = {"session_fairness": True, "aging_tokens_per_s": 500.0}
+FAIR = {"session_fairness": True}
 # name -> scheduling switches (None: placed at once, today's path); "round-robin" is the simulator's own.
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "round-robin": None,

@@ -23,13 +23,13 @@ class SchedulingConfig:
     key_weights: Mapping[str, float] = field(default_factory=dict)  # key digest -> weight
     default_key_weight: float = 1.0
     service_half_life_s: float = 60.0  # attained service decays with this half-life
-    aging_tokens_per_s: float = 0.0  # session fairness: each second waited offsets this much attained service
+    aging_tokens_per_s: float = 500.0  # session fairness: each second waited offsets this much attained service
     max_tracked: int = 100_000  # sessions (and keys) whose service is remembered
     kv_pressure: bool = False  # routing/kv_pressure.py
     # A request whose best replica by the cost (its cached prefix counted) is saturated waits for it rather than
     # taking a worse one that is free: late binding that keeps a session where its KV is (KvRouter).
     wait_for_cache: bool = False
-    max_cache_wait_s: float = 5.0  # then it takes a free replica after all
+    max_cache_wait_s: float = 30.0  # then it takes a free replica after all (shorter scatters sessions off their KV)
     kv_high_watermark: float = 0.9  # of a replica's KV blocks: above it, new work may not evict kept sessions
     kv_keep_gap_s: float = 30.0  # an idle session is expected back within this (its tool gap); later it may go
     kv_max_defer_s: float = 10.0  # a request held back for KV room this long is placed anyway (LRU evicts)
