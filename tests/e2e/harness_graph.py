@@ -18,6 +18,7 @@ from typing import Any
 
 MODULES = (
     "tests.e2e.test_claude_code",
+    "tests.e2e.test_claude_code_features",
     "tests.e2e.test_claude_code_long",
     "tests.e2e.test_codex",
     "tests.e2e.test_codex_long",
