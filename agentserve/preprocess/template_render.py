@@ -1,4 +1,5 @@
-"""The model's chat template, rendered under a budget: a wall-clock deadline and a cap on what it writes.
+"""The model's chat template, rendered under a budget: a deadline in the render's own CPU time and a cap on what it
+writes.
 
 Why a budget inside the render rather than a timeout around it: rendering runs in a worker thread, and a Python
 thread cannot be killed. A timeout around the call would answer the client and leave the thread spinning (a
@@ -7,7 +8,12 @@ the template is compiled here, in a sandbox like transformers' (`ImmutableSandbo
 filters and globals, so it renders the same text as `apply_chat_template`), whose hooks check the budget:
 
 - every piece of output the root render yields, and every attribute/item access and call the template makes,
-  reads the clock (~0.1 us each: a few ms on the largest agent prompts) against the deadline;
+  reads the clock (~0.1 us each: a few ms on the largest agent prompts) against the deadline. The budget is the
+  render thread's CPU time, not the wall clock: a loaded machine (other threads holding the GIL, both cores busy)
+  slows a legitimate render without making it hostile, and a wall-clock budget refused long agent sessions as bad
+  requests under load (the multi-node soak: 2 turns of a 676-turn Responses chain). The hooks read the cheap wall
+  clock; only once it passes the deadline is the thread's CPU time read, and the deadline moved by the time the
+  render was kept waiting;
 - the text written so far is capped (`max_chars`): past it the prompt is refused before it is ever tokenized;
 - `*` on strings and lists is intercepted so one expression cannot build a gigabyte (`'x' * 10**10`).
 
@@ -55,26 +61,36 @@ class OutputTooLong(RequestError):
 
 @dataclass(frozen=True, slots=True)
 class RenderBudget:
-    deadline_s: float = 5.0  # wall clock for one render (the largest legal agent bodies take well under 1 s)
+    deadline_s: float = 5.0  # CPU seconds of one render (the largest legal agent bodies take well under 1 s)
     max_chars: int = 64 * 1024 * 1024  # text the template may write
 
 
 class _Meter:
     """One render's spend, read by the environment's hooks through a thread-local (renders run in many threads)."""
 
-    __slots__ = ("deadline", "budget", "max_chars", "chars")
+    __slots__ = ("deadline", "budget", "max_chars", "chars", "cpu_start")
 
     def __init__(self, budget: RenderBudget, max_chars: int, deadline: float | None) -> None:
         self.budget = budget
         self.deadline = time.monotonic() + budget.deadline_s if deadline is None else deadline
         self.max_chars = max_chars
         self.chars = 0
+        self.cpu_start = time.thread_time()
 
     def check_clock(self) -> None:
         if time.monotonic() > self.deadline:
-            raise RenderBudgetExceeded(
-                f"rendering the chat template took longer than its budget of {self.budget.deadline_s:g} s"
-            )
+            self._past_deadline()
+
+    def _past_deadline(self) -> None:
+        """The wall clock passed the deadline: refuse if the render spent its budget in CPU time, else move the
+        deadline by what it has left (reading a thread's CPU clock is a system call: only here, not per hook)."""
+        left = self.budget.deadline_s - (time.thread_time() - self.cpu_start)
+        if left > 0:
+            self.deadline = time.monotonic() + left
+            return
+        raise RenderBudgetExceeded(
+            f"rendering the chat template took longer than its budget of {self.budget.deadline_s:g} CPU seconds"
+        )
 
     def wrote(self, n: int) -> None:
         self.chars += n
@@ -181,7 +197,8 @@ class BudgetedTemplate:
         **variables: Any,
     ) -> str:
         """`max_chars`: this render's cap on the text written (at most the budget's); `deadline`: a `time.monotonic()`
-        instant shared by several renders of one request (default: the budget's wall clock from now)."""
+        instant shared by several renders of one request (default: the budget from now), moved while the render
+        has CPU budget left."""
         limit = self.budget.max_chars if max_chars is None else min(max_chars, self.budget.max_chars)
         meter = _Meter(self.budget, limit, deadline)
         outer = _meter()

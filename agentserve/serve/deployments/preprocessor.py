@@ -4,8 +4,8 @@ One replica serves every catalog model: it holds one Preprocessor (tokenizer, ch
 model and finds a request's by its served id (a model's id, or one of its LoRA adapters' ids) in one dict lookup.
 
 Nothing a client sent is rendered on the replica's event loop: every render and tokenization runs on the replica's
-own worker pool, so one slow request never stalls the others' calls. Each render is bounded inside itself (a wall
-clock and an output cap: preprocess/template_render.py, a 400 when broken); the wait for a worker is bounded too
+own worker pool, so one slow request never stalls the others' calls. Each render is bounded inside itself (its CPU
+time and an output cap: preprocess/template_render.py, a 400 when broken); the wait for a worker is bounded too
 (`WAIT_S`), as a backstop for what a render budget does not cover (a kept-turn read waiting on the database, a
 backlog of large prompts): past it the caller gets a 503 to retry, and the work, already bounded, ends on its own.
 """
