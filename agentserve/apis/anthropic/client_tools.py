@@ -52,13 +52,16 @@ _ACTIONS_2024 = ["key", "type", "mouse_move", "left_click", "left_click_drag", "
 _ACTIONS_2025 = [*_ACTIONS_2024, "hold_key", "left_mouse_down", "left_mouse_up", "triple_click", "scroll", "wait"]
 
 
-def _computer(actions: list[str], zoom: bool = False) -> dict[str, Any]:
+def _computer(*, extended: bool, zoom: bool = False) -> dict[str, Any]:
+    """The 2024 action set; `extended` (2025 on): scrolling, holding, dragging from a point, waiting; `zoom`
+    (2025-11-24): viewing a region at full size."""
+    actions = _ACTIONS_2025 if extended else _ACTIONS_2024
     properties: dict[str, Any] = {
         "action": {"type": "string", "enum": [*actions, *(["zoom"] if zoom else [])]},
         "coordinate": _POINT,
         "text": {**_STR, "description": "key / hold_key: xdotool key syntax (e.g. ctrl+s); type: the text."},
     }
-    if actions is _ACTIONS_2025:
+    if extended:
         properties.update(
             start_coordinate={**_POINT, "description": "left_click_drag: where the drag starts"},
             scroll_direction={"type": "string", "enum": ["up", "down", "left", "right"]},
@@ -109,9 +112,9 @@ CLIENT_TOOLS: dict[str, ClientTool] = {
                                        _editor(["view", "create", "str_replace", "insert", "undo_edit"])),
     "text_editor_20250429": ClientTool(_EDITOR_DESC + ".", _editor(["view", "create", "str_replace", "insert"])),
     "text_editor_20250728": ClientTool(_EDITOR_DESC + ".", _editor(["view", "create", "str_replace", "insert"])),
-    "computer_20241022": ClientTool(_COMPUTER_DESC, _computer(_ACTIONS_2024)),
-    "computer_20250124": ClientTool(_COMPUTER_DESC, _computer(_ACTIONS_2025)),
-    "computer_20251124": ClientTool(_COMPUTER_DESC, _computer(_ACTIONS_2025, zoom=True)),
+    "computer_20241022": ClientTool(_COMPUTER_DESC, _computer(extended=False)),
+    "computer_20250124": ClientTool(_COMPUTER_DESC, _computer(extended=True)),
+    "computer_20251124": ClientTool(_COMPUTER_DESC, _computer(extended=True, zoom=True)),
     "memory_20250818": ClientTool("Read and write files in your memory directory, /memories, which persists "
                                   "across conversations: view, create, str_replace, insert, delete, rename.",
                                   _memory()),
