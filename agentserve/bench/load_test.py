@@ -385,6 +385,9 @@ async def chain_client(url: str, a: argparse.Namespace, ch: Chain, kills: list[d
         session: list[tuple[float, str]] = []  # this session's stored turns: (t, id)
         ch.chains_started = 1
         while time.monotonic() < deadline:
+            if k == getattr(a, "chain_turns", None):  # a session this long ends; the next one starts fresh
+                prev, k, session = None, 0, []
+                ch.chains_started += 1
             sent = time.monotonic() - t0
             outcome, detail = await chain_turn(client, prev, k, a)
             ch.note(t0, outcome, "" if outcome in ("ok", "rejected_retry_after") else str(detail))

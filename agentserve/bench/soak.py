@@ -50,12 +50,14 @@ def replica_memory() -> dict[int, dict[str, Any]]:
     """Every Serve replica process on this machine: pid -> deployment and resident memory (MiB)."""
     import psutil
 
-    out = {}
-    for p in psutil.process_iter(["cmdline", "memory_info"]):
+    out, parents = {}, {}
+    for p in psutil.process_iter(["cmdline", "memory_info", "ppid"]):
         found = _REPLICA_TITLE.match(" ".join(p.info["cmdline"] or ()))
         if found and p.info["memory_info"] is not None:
             out[p.pid] = {"deployment": found.group(1), "rss_mib": round(p.info["memory_info"].rss / 2**20, 1)}
-    return out
+            parents[p.pid] = p.info["ppid"]
+    # A child a replica forks (a subprocess it starts) inherits its title: the replica is the one whose parent is not.
+    return {pid: m for pid, m in out.items() if parents[pid] not in out}
 
 
 def router_ids(app: str) -> list[str]:
@@ -138,14 +140,25 @@ def _until(fault: dict[str, Any], t0: float, replaced: Any, give_up_s: float = 1
     fault["replaced_after_s"] = None
 
 
-def memory_table(start: dict[int, dict[str, Any]], end: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+def memory_table(samples: list[tuple[float, dict[int, dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Per replica process: resident memory at its first and last sample, at the sample halfway between (growth
+    in the second half tells a leak from caches filling to their bounds), and every sample."""
+    seen: dict[int, list[tuple[float, float]]] = {}
+    names: dict[int, str] = {}
+    for t, procs in samples:
+        for pid, m in procs.items():
+            seen.setdefault(pid, []).append((t, m["rss_mib"]))
+            names[pid] = m["deployment"]
+    first_t, last_t = samples[0][0], samples[-1][0]
     rows = []
-    for pid in sorted(start.keys() | end.keys(), key=lambda p: (start.get(p) or end[p])["deployment"]):
-        before, after = start.get(pid), end.get(pid)
+    for pid in sorted(seen, key=lambda p: (names[p], p)):
+        series = seen[pid]
+        lived = series[0][0] == first_t and series[-1][0] == last_t
+        mid = min(series, key=lambda s: abs(s[0] - (first_t + last_t) / 2))
         rows.append({
-            "pid": pid, "deployment": (before or after)["deployment"],
-            "rss_start_mib": before["rss_mib"] if before else None, "rss_end_mib": after["rss_mib"] if after else None,
-            "lived_through": before is not None and after is not None,
+            "pid": pid, "deployment": names[pid], "lived_through": lived,
+            "rss_start_mib": series[0][1], "rss_mid_mib": mid[1], "rss_end_mib": series[-1][1],
+            "first_s": series[0][0], "last_s": series[-1][0], "samples": series,
         })
     return rows
 
@@ -172,15 +185,16 @@ def plot(st: load_test.Stats, ch: load_test.Chain, faults: list[dict[str, Any]],
     ax1.set_ylabel("requests ended per 5 s")
     ax1.set_title("outcomes over the soak")
     ax1.legend(fontsize=7, loc="lower right")
-    lived = [m for m in memory if m["lived_through"]]
-    names = [f"{m['deployment']}\n{m['pid']}" for m in lived]
-    xs = range(len(lived))
-    ax2.bar([x - 0.2 for x in xs], [m["rss_start_mib"] for m in lived], width=0.4, label="after warm-up")
-    ax2.bar([x + 0.2 for x in xs], [m["rss_end_mib"] for m in lived], width=0.4, label="at the end")
-    ax2.set_xticks(list(xs), names, fontsize=7, rotation=30)
+    for m in memory:
+        ts, rss = zip(*m["samples"])
+        ax2.plot(ts, rss, marker="." if len(ts) < 3 else None, linewidth=1.2 if m["lived_through"] else 0.8,
+                 linestyle="-" if m["lived_through"] else ":", label=f"{m['deployment']} {m['pid']}")
+    for f in faults:
+        ax2.axvline(f["t_s"], color="tab:purple", linestyle="--", linewidth=0.8)
+    ax2.set_xlabel("time (s)")
     ax2.set_ylabel("resident memory (MiB)")
-    ax2.set_title("replica processes that lived through the soak")
-    ax2.legend(fontsize=7)
+    ax2.set_title("each replica process (dotted: started or ended mid-run)")
+    ax2.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     results.save_figure(fig, out, dpi=110)
 
@@ -193,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "(replicas x max-in-flight); --concurrency overrides")
     ap.add_argument("--warm-up-s", type=float, default=30.0, help="load before the first memory sample")
     ap.add_argument("--routers", type=int, default=2)
+    ap.add_argument("--chain-turns", type=int, default=200, help="the Responses session's length; then a new one "
+                    "(agent sessions run 30-40 turns: a 600-turn chain would measure one session's growth)")
+    ap.add_argument("--memory-every-s", type=float, default=30.0, help="resident memory sampled this often")
     a = ap.parse_args(argv)
     a.stages = [s for s in a.stages.split(",") if s]
     if "--concurrency" not in (argv or sys.argv):
@@ -228,18 +245,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         st, ch = load_test.Stats(), load_test.Chain()
         faults: list[dict[str, Any]] = []
         load_samples: list[tuple[float, float]] = []
-        memory_start: dict[int, dict[str, Any]] = {}
+        memory_samples: list[tuple[float, dict[int, dict[str, Any]]]] = []
 
-        async def sample_memory(at: float) -> None:
-            await asyncio.sleep(at)
-            memory_start.update(await asyncio.to_thread(replica_memory))
+        async def sample_memory(t0: float, deadline: float) -> None:
+            await asyncio.sleep(min(a.warm_up_s, a.duration * 0.1))
+            while time.monotonic() < deadline:
+                memory_samples.append((round(time.monotonic() - t0, 1), await asyncio.to_thread(replica_memory)))
+                await asyncio.sleep(a.memory_every_s)
 
         async def load(t0: float) -> None:
             deadline = t0 + a.duration
             tasks = [asyncio.create_task(load_test.worker(n, url, a, st, t0, deadline)) for n in range(a.concurrency)]
             tasks.append(asyncio.create_task(load_test.chain_client(url, a, ch, faults, t0, deadline)))
             tasks.append(asyncio.create_task(load_test.sample_load(load_samples, t0, deadline)))
-            tasks.append(asyncio.create_task(sample_memory(min(a.warm_up_s, a.duration * 0.1))))
+            tasks.append(asyncio.create_task(sample_memory(t0, deadline)))
             await asyncio.gather(*tasks)
 
         # The clients on a thread of their own; the faults on this one (a node starts only from the main thread).
@@ -263,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         engines = load_test.engine_stats(APP)
         left_running = sum(s["active"] for s in engines.values())
         retrieved = sum(1 for _, rid in ch.ids if httpx.get(f"{url}/v1/responses/{rid}", timeout=30).status_code == 200)
-        memory = memory_table(memory_start, replica_memory())
+        memory_samples.append((round(time.monotonic() - t0, 1), replica_memory()))
+        memory = memory_table(memory_samples)
         at_end = placement()
 
     o = st.outcomes
@@ -291,8 +311,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "leaked_leases": leaked,
         "lapsed_leases": sum(v["lapsed"] for v in held.values()),
         "memory": memory,
-        "memory_growth_mib": {f"{m['deployment']}:{m['pid']}": round(m["rss_end_mib"] - m["rss_start_mib"], 1)
-                              for m in lived},
+        "memory_growth_mib": {f"{m['deployment']}:{m['pid']}": {
+            "first_half": round(m["rss_mid_mib"] - m["rss_start_mib"], 1),
+            "second_half": round(m["rss_end_mib"] - m["rss_mid_mib"], 1)} for m in lived},
         "latency_ms": {"ttft_p50": load_test.pct(st.ttft, 50), "ttft_p90": load_test.pct(st.ttft, 90),
                        "ttft_p99": load_test.pct(st.ttft, 99), "e2e_p50": load_test.pct(st.duration, 50),
                        "e2e_p90": load_test.pct(st.duration, 90), "e2e_p99": load_test.pct(st.duration, 99)},
@@ -303,9 +324,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     plot(st, ch, faults, memory, a.duration, out.with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("requests", "outcomes", "lost", "faults", "leaked_leases", "lapsed_leases",
                                             "memory_growth_mib", "latency_ms")}, indent=1))
-    print(f"{'process':<24}{'RSS start MiB':>15}{'RSS end MiB':>13}")
+    print(f"{'process':<24}{'RSS start MiB':>15}{'halfway':>10}{'end':>10}  lived through")
     for m in memory:
-        print(f"{m['deployment'] + ':' + str(m['pid']):<24}{m['rss_start_mib'] or '-':>15}{m['rss_end_mib'] or '-':>13}")
+        span = "yes" if m["lived_through"] else f"{m['first_s']}-{m['last_s']} s"
+        print(f"{m['deployment'] + ':' + str(m['pid']):<24}{m['rss_start_mib']:>15}{m['rss_mid_mib']:>10}"
+              f"{m['rss_end_mib']:>10}  {span}")
     ok = (o["lost"] == 0 and ch.turns["lost"] == 0 and ch.turns["broken"] == 0 and left_running == 0 and leaked == 0
           and retrieved == len(ch.ids))
     print("PASS" if ok else "FAIL", f"lost={o['lost']} leaked_leases={leaked} engine_requests_left={left_running} "
