@@ -516,18 +516,23 @@ def git_head() -> dict[str, Any]:
         return {"commit": "unknown", "uncommitted": []}
 
 
-def plot(st: Stats, ch: Chain, kills: list[dict[str, Any]], duration: float, out: Path) -> None:
-    plt = results.pyplot()
-
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.4), gridspec_kw={"width_ratios": [2.2, 1.2, 1.4]})
-    bins = max(1, int(duration / 2) + 5)
+def plot_outcomes(ax: Any, st: Stats, duration: float, bin_s: float) -> None:
+    """How many requests ended each `bin_s` seconds, one line per outcome."""
+    bins = max(1, int(duration / bin_s) + 5)
     colours = {"completed": "tab:green", "rejected_retry_after": "tab:orange", "failed_with_error": "tab:red",
                "disconnected": "tab:gray", "lost": "black"}
     for outcome, colour in colours.items():
         ts = [t for t, o in st.timeline if o == outcome]
         if ts:
-            ax1.hist(ts, bins=bins, range=(0, bins * 2), histtype="step", linewidth=1.6, color=colour,
-                     label=f"{outcome} ({len(ts)})")
+            ax.hist(ts, bins=bins, range=(0, bins * bin_s), histtype="step", linewidth=1.5, color=colour,
+                    label=f"{outcome} ({len(ts)})")
+
+
+def plot(st: Stats, ch: Chain, kills: list[dict[str, Any]], duration: float, out: Path) -> None:
+    plt = results.pyplot()
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.4), gridspec_kw={"width_ratios": [2.2, 1.2, 1.4]})
+    plot_outcomes(ax1, st, duration, bin_s=2)
     top = ax1.get_ylim()[1]
     marks = {"ok": ("tab:blue", "o"), "rejected_retry_after": ("tab:orange", "x"), "failed_with_error": ("tab:red", "x"),
              "broken": ("black", "s"), "lost": ("black", "X")}

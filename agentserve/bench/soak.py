@@ -167,14 +167,7 @@ def plot(st: load_test.Stats, ch: load_test.Chain, faults: list[dict[str, Any]],
          duration: float, out: Path) -> None:
     plt = results.pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 4.4), gridspec_kw={"width_ratios": [2.4, 1.3]})
-    bins = max(1, int(duration / 5) + 2)
-    colours = {"completed": "tab:green", "rejected_retry_after": "tab:orange", "failed_with_error": "tab:red",
-               "disconnected": "tab:gray", "lost": "black"}
-    for outcome, colour in colours.items():
-        ts = [t for t, o in st.timeline if o == outcome]
-        if ts:
-            ax1.hist(ts, bins=bins, range=(0, bins * 5), histtype="step", linewidth=1.4, color=colour,
-                     label=f"{outcome} ({len(ts)})")
+    load_test.plot_outcomes(ax1, st, duration, bin_s=5)
     top = ax1.get_ylim()[1]
     for f in faults:
         ax1.axvline(f["t_s"], color="tab:purple", linestyle="--", linewidth=1)
