@@ -1,7 +1,8 @@
 """docs/COMPATIBILITY.md from test runs: one row per harness feature, one column per harness version.
 
 `make test` leaves its JUnit reports in .test-results/ (unit.xml, graph.xml: the real CLIs at their pinned versions
-in .harness/, and the harnesses' request shapes replayed through the real graph); `make test-harness-latest` runs
+in .harness/, and the harnesses' request shapes replayed through the real graph; any other *.xml there, such as one
+module's run with `--junitxml`, is read after them); `make test-harness-latest` runs
 the same CLI tests against the registry's newest versions in .harness-latest/ (latest.xml). A cell says what the
 tests of that feature found for that version: the real CLI's run where one exercises the feature, else the replayed
 request shape (version-independent, so shown in the pinned column only), or why nothing can run it here.
@@ -50,6 +51,10 @@ FEATURES: tuple[Feature, ...] = (
                                              "::test_anthropic_budget_tokens"),
             "claude -p sends adaptive thinking to a model id it does not know; the scripted replies carry thinking"),
     Feature("Claude Code", "thinking + tools (interleaved)", (), (f"{AM}::test_f4_interleaved",)),
+    Feature("Claude Code", "thinking display omitted / updates (signature only)", (),
+            (f"{AM}::test_thinking_display_omitted", "tests/unit/apis/test_anthropic_thinking_omitted.py::"),
+            "claude -p sends display \"updates\" on every request, but the scripted replies of the CLI runs carry "
+            "no thinking: the blocks' round trip is replayed"),
     Feature("Claude Code", "fine-grained tool streaming", (),
             ("tests/unit/apis/test_anthropic_encode.py::test_live_args_when_fine_grained",)),
     Feature("Claude Code", "prompt-caching fields (cache_control, ttl, scope)", (),
@@ -62,11 +67,16 @@ FEATURES: tuple[Feature, ...] = (
     Feature("Claude Code", "compaction", (), (f"{AM}::test_request_kinds", "tests/unit/ingress/test_lineage.py::"
                                                "test_compaction_is_recognised"),
             "a real compaction needs a session past the auto-compact window: its request shape is replayed"),
-    Feature("Claude Code", "tool search (deferred tools, tool_addition)", (),
-            (f"{AM}::test_tool_search", "tests/unit/preprocess/test_tool_changes.py::")),
-    Feature("Claude Code", "server tools (WebSearch, web_fetch, code_execution)", (),
+    Feature("Claude Code", "tool search (deferred tools, tool_reference, tool_addition)",
+            (f"{CC}_features.py::test_tool_search",),
+            (f"{AM}::test_tool_search", "tests/unit/preprocess/test_tool_changes.py::"),
+            "the CLI loads deferred tools by tool_reference; tool_addition system messages are replayed"),
+    Feature("Claude Code", "server tools (WebSearch, web_fetch, code_execution)", (f"{CC}_features.py::test_websearch",),
             ("tests/unit/apis/test_anthropic_server_tools.py::",),
             "nothing here can run them: accepted and not offered; WebSearch answers in text (docs/HARNESSES.md)"),
+    Feature("Claude Code", "Anthropic-defined client tools (bash_, text_editor_, computer_, memory_)", (),
+            ("tests/unit/apis/test_anthropic_client_tools.py::",),
+            "Claude Code sends its own custom tools; these types come from Agent-SDK-style clients: replayed"),
     Feature("Claude Code", "images", (), ("tests/unit/apis/test_media",),
             "SmolLM2 reads no images: a 400 naming the block, or a placeholder where configured"),
     Feature("Claude Code", "PDF documents", (), ("tests/unit/apis/test_media",),
@@ -88,7 +98,7 @@ FEATURES: tuple[Feature, ...] = (
             ("tests/unit/ingress/test_lineage.py::test_codex_threads",),
             "a real compaction needs a session past the auto-compact window: its headers are replayed"),
     Feature("OpenClaw", "read tool (Anthropic Messages)", (f"{OC}::test_openclaw_runs_a_tool",)),
-    Feature("OpenClaw", "edit tool", (), (), "not exercised yet: the e2e run covers one read round trip"),
+    Feature("OpenClaw", "edit tool", (f"{OC}::test_openclaw_edit_tool",)),
 )
 
 
@@ -181,7 +191,12 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=ROOT / ".test-results")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "COMPATIBILITY.md")
     ns = ap.parse_args()
-    pinned_files = [p for p in (ns.results / "unit.xml", ns.results / "graph.xml") if p.exists()]
+    # unit.xml and graph.xml from `make test`, then any other report of the pinned versions (a module run on its
+    # own with --junitxml): a later report's outcome of the same test replaces an earlier one's.
+    named = [ns.results / "unit.xml", ns.results / "graph.xml"]
+    others = sorted((p for p in ns.results.glob("*.xml") if p not in named and p.name != "latest.xml"),
+                    key=lambda p: p.stat().st_mtime)
+    pinned_files = [p for p in (*named, *others) if p.exists()]
     if not pinned_files:
         raise SystemExit(f"no JUnit reports in {ns.results}: run `make test` first")
     latest_file = ns.results / "latest.xml"
