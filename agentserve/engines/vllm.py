@@ -128,6 +128,14 @@ def _ray_stat_loggers() -> list[Any] | None:
     return [RayPrometheusStatLogger]
 
 
+
+def _prompt_len(out: Any, request: EngineRequest) -> int:
+    """The prompt's length as vLLM counts it: each image placeholder expanded to the image's own tokens by the
+    model's processor (what vLLM's own server reports as prompt tokens, and what `num_cached_tokens` counts in);
+    for a text prompt, the ids sent."""
+    ids = out.prompt_token_ids
+    return len(ids) if ids else request.prompt_tokens
+
 def _logprobs(token_ids: Any, per_token: Any) -> tuple[TokenLogprob, ...]:
     """vLLM's per-token {token id: Logprob(logprob, rank)} maps -> TokenLogprob, alternatives by rank."""
     out = []
@@ -309,7 +317,7 @@ class VllmEngine:
                     logprobs=_logprobs(completion.token_ids, completion.logprobs) if want_logprobs else None,
                     finish_reason=reason,
                     num_cached_tokens=(out.num_cached_tokens or 0) if first else None,
-                    prompt_tokens=request.prompt_tokens if first else None,
+                    prompt_tokens=_prompt_len(out, request) if first else None,
                 )
                 first = False
             finished = True

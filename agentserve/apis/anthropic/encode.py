@@ -126,14 +126,14 @@ class MessageEncoder:
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
-                    "usage": self._usage_body(cached=0, output=1),
+                    "usage": self._usage_body(prompt=self.prompt_tokens, cached=0, output=1),
                 },
             },
         )
 
-    def _usage_body(self, *, cached: int, output: int) -> dict[str, Any]:
+    def _usage_body(self, *, prompt: int, cached: int, output: int) -> dict[str, Any]:
         return {
-            "input_tokens": self.prompt_tokens - cached,
+            "input_tokens": prompt - cached,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": cached,
             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
@@ -142,9 +142,12 @@ class MessageEncoder:
         }
 
     def _final_usage(self) -> dict[str, Any]:
+        """The engine's count of the prompt when it reported one (a vision model's images as the tokens vLLM expands
+        them to, the basis of its cached count too), else the Preprocessor's (message_start's)."""
         u = self.usage
-        cached = min(u.cached_tokens, self.prompt_tokens) if u else 0
-        return self._usage_body(cached=cached, output=u.completion_tokens if u else 0)
+        prompt = u.prompt_tokens if u and u.prompt_tokens else self.prompt_tokens
+        cached = min(u.cached_tokens, prompt) if u else 0
+        return self._usage_body(prompt=prompt, cached=cached, output=u.completion_tokens if u else 0)
 
     def _open_block(self, block: dict[str, Any], out: list[Frame]) -> int:
         self._close_block(out)

@@ -101,3 +101,16 @@ def test_oversized_body_is_413_request_too_large():
         assert anthropic_errors.status_and_type(err) == (413, "request_too_large")
     else:
         raise AssertionError("no error")
+
+
+def test_final_usage_takes_the_engines_prompt_count():
+    """A vision model's prompt: message_start knows the placeholders (100 tokens), the engine ran the images expanded
+    (900, 500 of them cached); the final usage is the engine's, split without a negative or clamped figure."""
+    enc = encoder()
+    frames = enc.frames([TextDelta("ok"), Usage(900, 2, 500), Finish("stop")])
+    usage = [d for n, d in frames if n == "message_delta"][0]["usage"]
+    assert (usage["input_tokens"], usage["cache_read_input_tokens"]) == (400, 500)
+    assert enc.start_frame()[1]["message"]["usage"]["input_tokens"] == 100
+    unreported = encoder()  # the engine failed before its first delta: the Preprocessor's count stands
+    unreported.frames([Usage(0, 0, 0), Finish("stop")])
+    assert unreported.message()["usage"]["input_tokens"] == 100

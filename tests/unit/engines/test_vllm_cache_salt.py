@@ -17,12 +17,18 @@ class _RecordingLLM:
     def __init__(self) -> None:
         self.prompts: list[dict] = []
 
+    @staticmethod
+    def prompt_ids(prompt) -> list[int]:
+        """The prompt as vLLM's output reports it (a text prompt: the ids sent)."""
+        return list(prompt["prompt_token_ids"])
+
     def generate(self, prompt, sampling, request_id, **kw):
         self.prompts.append(dict(prompt))
 
         async def stream():
             out = SimpleNamespace(token_ids=[7], logprobs=None, finish_reason="stop")
-            yield SimpleNamespace(outputs=[out], finished=True, num_cached_tokens=0)
+            ids = self.prompt_ids(prompt)
+            yield SimpleNamespace(outputs=[out], finished=True, num_cached_tokens=0, prompt_token_ids=ids)
 
         return stream()
 

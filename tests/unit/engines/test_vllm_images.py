@@ -21,9 +21,24 @@ def _png(color: tuple[int, int, int], size: tuple[int, int]) -> bytes:
     return buf.getvalue()
 
 
-def _prompt(images: tuple[bytes, ...]) -> dict:
+IMAGE_TOKENS = 64  # what the fake processor expands each image's placeholder to
+
+
+class _ExpandingLLM(_RecordingLLM):
+    """Reports the prompt as vLLM does for a vision model: each image's placeholder token (2 here) replaced by the
+    image's tokens."""
+
+    @staticmethod
+    def prompt_ids(prompt) -> list[int]:
+        out: list[int] = []
+        for t in prompt["prompt_token_ids"]:
+            out.extend([2] * IMAGE_TOKENS if t == 2 and "multi_modal_data" in prompt else [t])
+        return out
+
+
+def _generate(images: tuple[bytes, ...]) -> tuple[dict, list]:
     engine = VllmEngine(EngineSpec(kv_events=False), Path("/nonexistent"), context_window=64, reads_images=True)
-    llm = _RecordingLLM()
+    llm = _ExpandingLLM()
     engine._llm = llm  # type: ignore[assignment]
     req = EngineRequest(request_id="r", model="m", token_ids=[1, 2, 3], sampling=SamplingParams(), max_tokens=4,
                         images=images)
@@ -31,8 +46,20 @@ def _prompt(images: tuple[bytes, ...]) -> dict:
     async def go():
         return [d async for d in engine.generate(req)]
 
-    asyncio.run(go())
-    return llm.prompts[0]
+    deltas = asyncio.run(go())
+    return llm.prompts[0], deltas
+
+
+def _prompt(images: tuple[bytes, ...]) -> dict:
+    return _generate(images)[0]
+
+
+def test_usage_counts_an_image_as_the_tokens_vllm_expands_it_to():
+    """Placeholder [1, <image>, 3] is 3 ids here; vLLM runs (and caches) 2 + IMAGE_TOKENS, which is what usage says."""
+    _, deltas = _generate((_png((255, 0, 0), (4, 3)),))
+    assert deltas[0].prompt_tokens == 2 + IMAGE_TOKENS
+    _, text = _generate(())
+    assert text[0].prompt_tokens == 3  # a text prompt: the ids sent
 
 
 def test_images_go_to_vllm_as_pil_images_in_order():
