@@ -249,3 +249,21 @@ def test_admission_queue_alone_is_fcfs_without_terms():
         q.offer(req(i), jump, got.append, pytest.fail)
     q.pump(lambda item: item.request_id)
     assert got == ["r2", "r0", "r1", "r3"]
+
+
+def test_a_subagents_first_request_follows_its_parent_and_later_ones_its_own_session():
+    """Issue 30's lineage placement, checked under scheduling: the first by the parent's session (shared prefix),
+    later ones by the subagent's own, even after the parent moved."""
+    clock = Clock()
+    r = router(clock, SchedulingConfig(session_fairness=True, interactive_first=True, wait_for_cache=True),
+               slots=8, replicas=2)
+    parent_home = r.try_route(req(0, "p", kind="user_message")).replica_id
+    r.release("r0")
+    spawn = req(1, "p/agent", kind="subagent_spawn").model_copy(update={"parent_session_key": "p"})
+    assert r.try_route(spawn).replica_id == parent_home
+    r.release("r1")
+    other = next(x for x in r.replicas() if x != parent_home)
+    assert r.route_to(req(2, "p", kind="tool_result"), other) is not None  # the parent moves
+    r.release("r2")
+    later = req(3, "p/agent", kind="tool_result").model_copy(update={"parent_session_key": "p", "continues": True})
+    assert r.try_route(later).replica_id == parent_home  # its own home, not where its parent went
