@@ -303,7 +303,7 @@ class Oracle(_Base):
 BLOCK_SIZE_HINT = [128]
 
 
-QUEUE_AT_PREFILL_TOKENS = 8192  # with scheduling on, a replica takes no request past this much pending prefill
+QUEUE_AT_PREFILL_TOKENS = 32768  # with scheduling on, a replica takes no request past this much pending prefill (~3 s)
 
 
 class Ours(_Base):
