@@ -4,6 +4,8 @@
   a `defer_loading` placeholder; the model loads NotebookEdit with ToolSearch, Claude Code answers with a
   `tool_reference` and from then on sends NotebookEdit with `defer_loading: true`. agentserve brings it into force
   where the reference stands, so the model can call it and the turn reuses the whole previous prompt from the cache.
+- thinking shown as "updates" (what 2.1.332 sends): thinking blocks reach Claude Code without their text, and the
+  block it sends back (empty text, the signature carrying it) renders the model's reasoning, so the prefix holds.
 - WebSearch: the model calls Claude Code's WebSearch tool; Claude Code runs it as its own request carrying only the
   `web_search_20250305` server tool, which nothing here can run: it is served as a text answer (docs/HARNESSES.md),
   and the main loop goes on with it as the tool's result.
@@ -25,6 +27,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.graph("harness")]  # tests/e2e/harnes
 TS_START, TS_EDITED, TS_FINAL = "AS_TS_START", "agentserve-notebook-edited-2207", "The notebook cell now prints the marker."
 WS_START, WS_QUERY, WS_FINAL = "AS_WS_START", "agentserve websearch 6620", "The search found nothing here to cite."
 WS_ANSWER = "This server cannot search the web: no results for that query."
+TH_START, TH_NOTE, TH_FINAL = "AS_TH_START", "agentserve-thinking-note-4410", "The note was read after some thought."
+TH_REASONING = "The user wants the note; I will read it first."
 
 
 def _notebook(work: Path) -> Path:
@@ -47,6 +51,9 @@ def scripted_rules(work: Path) -> list[dict]:
         {"match": "Web search results for query", "reply": WS_FINAL, "itl_ms": 0},  # WebSearch's result
         {"match": f"Perform a web search for the query: {WS_QUERY}", "reply": WS_ANSWER, "itl_ms": 0},  # its request
         {"match": WS_START, "reply": call("WebSearch", {"query": WS_QUERY}), "itl_ms": 0},
+        {"match": TH_NOTE, "reply": TH_FINAL, "itl_ms": 0},  # Read's result
+        {"match": TH_START, "reply": f"<think>{TH_REASONING}</think>"
+         + call("Read", {"file_path": str(work / "cc-th-work" / "note.txt")}), "itl_ms": 0},
         {"match": "", "reply": "OK.", "itl_ms": 0},
     ]
 
@@ -129,3 +136,26 @@ def test_websearch_is_answered_in_text_and_the_session_goes_on(harness_graph, tm
     search = [ex for ex in exchanges if [t.get("type") for t in json.loads(ex.body).get("tools", [])]
               == ["web_search_20250305"]]
     assert len(search) == 1 and WS_ANSWER in search[0].output_text(), [ex.body[:300] for ex in exchanges]
+
+
+def test_thinking_shown_as_updates_round_trips_without_its_text(harness_graph, harness_dir, tmp_path):
+    claude = _claude_binary()
+    work = harness_dir / "cc-th-work"
+    work.mkdir(exist_ok=True)
+    (work / "note.txt").write_text(f"{TH_NOTE}\n")
+    lines, exchanges, detail = _run(claude, harness_graph, tmp_path / "home", work,
+                                    f"{TH_START}: read note.txt and tell me what it says.", "Read")
+    assert json.loads(exchanges[0].body)["thinking"].get("display") == "updates", exchanges[0].body[:300]
+    thinking = _blocks(lines, "assistant", "thinking")
+    assert len(thinking) == 1 and thinking[0]["thinking"] == "", detail
+    assert TH_REASONING not in exchanges[0].response.decode(), "the reasoning text left the server"
+    sent_back = [b for m in json.loads(exchanges[1].body)["messages"] if m["role"] == "assistant"
+                 for b in m["content"] if b["type"] == "thinking"]
+    assert sent_back == [{"type": "thinking", "thinking": "", "signature": thinking[0]["signature"]}], sent_back
+    final = [m for m in lines if m.get("type") == "result"][-1]
+    assert final["subtype"] == "success" and final["result"] == TH_FINAL, detail
+    # The replayed turn renders the reasoning the model wrote: the second prompt extends the first from the cache.
+    before, after = exchanges[0].anthropic_usage(), exchanges[1].anthropic_usage()
+    prompt_before = before["input_tokens"] + before["cache_read_input_tokens"]
+    assert after["cache_read_input_tokens"] >= prompt_before + before["output_tokens"] - 32, (before, after)
+    assert (exchanges[1].prefix_reuse() or 0) >= 0.95, exchanges[1].headers.get("x-agentserve-prefix")
