@@ -2,7 +2,7 @@
 together, against FCFS with today's KV routing and round-robin, on the same generated agent trace at each load.
 
     agentserve bench router-scheduling [--trace T.jsonl.gz | --programs 200] [--replicas 4]
-        [--loads 0.5,0.8,1.2,1.5] [--kv-blocks 2048] [--jobs 2] [--out docs/benchmarks/router_scheduling.json]
+        [--loads 0.5,0.8,1.2,1.5] [--kv-blocks 4096] [--jobs 2] [--out docs/benchmarks/router_scheduling.json]
 
 Without --trace a trace is generated (agentserve/traces/synthetic.py, its published shapes, seed 0). Load: 1.0 =
 the replicas prefilling all the time with one shared unbounded cache (offline/trace_workload.py). The variants
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--loads", default="0.5,0.8,1.2,1.5")
-    ap.add_argument("--kv-blocks", type=int, default=2048, help=f"KV blocks of {BLOCK_SIZE} tokens per replica")
+    ap.add_argument("--kv-blocks", type=int, default=4096, help=f"KV blocks of {BLOCK_SIZE} tokens per replica")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list of: " + ", ".join(VARIANTS))
     ap.add_argument("--no-wait-row", action="store_true", help=f"also '{NO_WAIT}' at every load")
     ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (processes)")
