@@ -51,10 +51,10 @@ FEATURES: tuple[Feature, ...] = (
                                              "::test_anthropic_budget_tokens"),
             "claude -p sends adaptive thinking to a model id it does not know; the scripted replies carry thinking"),
     Feature("Claude Code", "thinking + tools (interleaved)", (), (f"{AM}::test_f4_interleaved",)),
-    Feature("Claude Code", "thinking display omitted / updates (signature only)", (),
+    Feature("Claude Code", "thinking display omitted / updates (signature only)",
+            (f"{CC}_features.py::test_thinking_shown_as_updates",),
             (f"{AM}::test_thinking_display_omitted", "tests/unit/apis/test_anthropic_thinking_omitted.py::"),
-            "claude -p sends display \"updates\" on every request, but the scripted replies of the CLI runs carry "
-            "no thinking: the blocks' round trip is replayed"),
+            "claude -p sends display \"updates\" with adaptive thinking"),
     Feature("Claude Code", "fine-grained tool streaming", (),
             ("tests/unit/apis/test_anthropic_encode.py::test_live_args_when_fine_grained",)),
     Feature("Claude Code", "prompt-caching fields (cache_control, ttl, scope)", (),
