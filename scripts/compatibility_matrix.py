@@ -75,7 +75,7 @@ FEATURES: tuple[Feature, ...] = (
             ("tests/unit/apis/test_anthropic_server_tools.py::",),
             "nothing here can run them: accepted and not offered; WebSearch answers in text (docs/HARNESSES.md)"),
     Feature("Claude Code", "Anthropic-defined client tools (bash_, text_editor_, computer_, memory_)", (),
-            ("tests/unit/apis/test_anthropic_client_tools.py::",),
+            (f"{AM}::test_anthropic_defined_client_tools", "tests/unit/apis/test_anthropic_client_tools.py::"),
             "Claude Code sends its own custom tools; these types come from Agent-SDK-style clients: replayed"),
     Feature("Claude Code", "images", (), ("tests/unit/apis/test_media",),
             "SmolLM2 reads no images: a 400 naming the block, or a placeholder where configured"),

@@ -24,6 +24,12 @@ ANTHROPIC_RULES = [
         "reply": '<tool_call>\n{"name": "mcp__github__create_issue", "arguments": {"title": "Late"}}\n</tool_call>',
         "itl_ms": 0,
     },
+    {
+        "match": "AS_CLIENT_TOOL",
+        "reply": '<tool_call>\n{"name": "str_replace_based_edit_tool", "arguments": {"command": "str_replace", '
+                 '"path": "/repo/README.md", "old_str": "helo", "new_str": "hello"}}\n</tool_call>',
+        "itl_ms": 0,
+    },
     {"match": "AS_WORDS", "reply": "one two three four five six seven eight nine ten eleven twelve", "itl_ms": 0},
     {"match": "AS_KEEPALIVE", "reply": "<think>Slow thought.</think>Done slowly.", "itl_ms": 150},
     {

@@ -453,6 +453,25 @@ def test_thinking_display_omitted_streams_signatures_only_and_replays_the_real_r
     assert reply.usage.cache_read_input_tokens >= prompt1 + out_tokens - 32  # all but the last partial block
 
 
+def test_anthropic_defined_client_tools_are_offered_and_called_by_their_declared_name(client):
+    """An Agent-SDK-style request with `text_editor_20250728` and `bash_20250124` (no input_schema): the model is
+    offered both and its call comes back as a tool_use under the declared name, for the harness to run."""
+    tools = [{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool", "max_characters": 10000},
+             {"type": "bash_20250124", "name": "bash"}, {"type": "web_search_20250305", "name": "web_search"}]
+    messages = [{"role": "user", "content": "AS_CLIENT_TOOL fix the typo in README.md"}]
+    count = client.messages.count_tokens(model=MODEL, tools=tools, messages=messages).input_tokens
+    assert count > client.messages.count_tokens(model=MODEL, tools=tools[2:], messages=messages).input_tokens + 100
+    msg = client.messages.create(model=MODEL, max_tokens=256, tools=tools, messages=messages)
+    assert msg.stop_reason == "tool_use"
+    (call,) = [b for b in msg.content if b.type == "tool_use"]
+    assert call.name == "str_replace_based_edit_tool" and call.id.startswith("toolu_")
+    assert call.input == {"command": "str_replace", "path": "/repo/README.md", "old_str": "helo", "new_str": "hello"}
+    follow = client.messages.create(model=MODEL, max_tokens=64, tools=tools, messages=[
+        *messages, {"role": "assistant", "content": msg.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "AS_RESULT_SEEN ok"}]}])
+    assert follow.content[-1].text == "Both results are in."
+
+
 def _mcp_tool(name: str, **extra) -> dict:
     return {"name": name, "description": f"GitHub MCP: {name}.", **extra,
             "input_schema": {"type": "object", "properties": {"title": {"type": "string"}}}}
