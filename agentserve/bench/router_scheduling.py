@@ -38,6 +38,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "+ session fairness": QUEUE | FAIR,
     "+ interactive first": QUEUE | {"interactive_first": True},
     "+ KV pressure": QUEUE | {"kv_pressure": True},
+    "+ key shares": QUEUE | {"key_shares": True},
     "all switches": QUEUE | FAIR | {"interactive_first": True, "kv_pressure": True},
 }
 BASELINE = "FCFS + KV routing (today)"
@@ -66,12 +67,32 @@ def _one(job: tuple[int, float, float, str, int]) -> dict[str, Any]:
     t0 = time.perf_counter()
     res = sim.simulate(_router(name), n, scaled, sim.Workload(block_size=BLOCK_SIZE), m, flow=flow)
     row = {"replicas": n, "load": load, "policy": name, "arrival_speedup": factor, "util_mean": res.util_mean,
-           **trace_report.summarize(flow.requests, flow.programs()), "wall_s": time.perf_counter() - t0}
+           **trace_report.summarize(flow.requests, flow.programs()), "key_shares": key_shares(flow.requests),
+           "wall_s": time.perf_counter() - t0}
     t = row["ttft_s"]
     print(f"N={n} load {load:4.0%} {name:34s} ttft p50 {t['p50']:6.2f} p99 {t.get('p99', float('nan')):6.2f} s"
           f"  out {row['output_tokens_per_s']:6.0f} tok/s  cached {row['cached_share']:5.1%}"
           f"  529 {row['shed_rate']:5.2%}  [{row['wall_s']:.0f}s]", flush=True)
     return row
+
+
+def key_shares(requests: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """Per API key of the trace: its share of the requests offered and of the service served (uncached prompt
+    plus output tokens), and its TTFT p50 (s)."""
+    key_of = {s.sid: s.key or "-" for s in _SESSIONS}
+    offered: dict[str, int] = {}
+    served: dict[str, float] = {}
+    ttft: dict[str, list[float]] = {}
+    for r in requests:
+        k = key_of.get(r.session, "-")
+        offered[k] = offered.get(k, 0) + 1
+        if not r.shed:
+            served[k] = served.get(k, 0.0) + r.prompt_tokens - r.cached_tokens + r.output_tokens
+            ttft.setdefault(k, []).append(r.ttft - r.arrival)
+    total_o, total_s = sum(offered.values()) or 1, sum(served.values()) or 1.0
+    return {k: {"offered": offered[k] / total_o, "served": served.get(k, 0.0) / total_s,
+                "ttft_p50_s": sorted(ttft[k])[len(ttft[k]) // 2] if ttft.get(k) else None}
+            for k in sorted(offered)}
 
 
 def _short_p50(r: dict[str, Any]) -> float:
@@ -99,6 +120,18 @@ def versus_baseline(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {load:.0%} | {r['policy']} | {p50:.2f}x | {p99:.2f}x | {short:.2f}x | {thr:+.1%} "
                        f"| {r['cached_share']:.1%} (today {base['cached_share']:.1%}) | {re:.2f}x today "
                        f"| {r['shed_rate']:.2%} (today {base['shed_rate']:.2%}) |")
+    return "\n".join(out)
+
+
+def key_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: each API key's share of the requests offered and of the service served, and its TTFT p50, today
+    and with per-key shares (equal weights), at each load."""
+    out = ["| load | variant | per key: offered / served share, TTFT p50 |", "|---:|---|---|"]
+    for r in rows:
+        if r["policy"] in (BASELINE, "+ key shares"):
+            cells = "; ".join(f"{k}: {v['offered']:.0%} / {v['served']:.0%}, {v['ttft_p50_s'] or float('nan'):.2f} s"
+                              for k, v in r["key_shares"].items())
+            out.append(f"| {r['load']:.0%} | {r['policy']} | {cells} |")
     return "\n".join(out)
 
 
@@ -158,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "conditions": conditions.snapshot(git=conditions.git_state()),
     }
     results.write_json(out, {"meta": meta, "rows": rows})
-    md = trace_report.table(rows) + "\n\n" + versus_baseline(rows)
+    md = trace_report.table(rows) + "\n\n" + versus_baseline(rows) + "\n\n" + key_table(rows)
     print(md)
     out.with_suffix(".md").write_text(md + "\n")
     trace_report.plot(rows, out.with_suffix(".png"),

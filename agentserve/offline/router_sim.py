@@ -317,7 +317,7 @@ class Ours(_Base):
     it, every request is placed at once and waits in its replica's FIFO (today's default: the engine's queue).
 
     Requests carry what the Preprocessor gives the Router: session, parent session, kind, whether the
-    conversation continues. The synthetic workload's turns carry no kind: a session's first turn counts as a user
+    conversation continues, the API key (a trace's `key`). The synthetic workload's turns carry no kind: a session's first turn counts as a user
     message, later ones as tool results."""
 
     def __init__(
@@ -376,7 +376,8 @@ class Ours(_Base):
         return RouteRequest.model_construct(
             request_id=str(req.rid), model="m", block_hashes=req.blocks, prompt_tokens=req.prompt_tokens,
             hints=AgentHints(session_id=str(s.sid), kind=kind), max_tokens=4096, session_key=str(s.sid),
-            parent_session_key=str(s.parent) if s.parent is not None else "", tenant="", continues=req.turn > 0,
+            parent_session_key=str(s.parent) if s.parent is not None else "", tenant=s.key or "",
+            continues=req.turn > 0,
         )  # fmt: skip
 
     def kv_use(self, replica: int) -> tuple[float, float, float | None]:
