@@ -46,18 +46,21 @@ _REPLICA_TITLE = re.compile(r"ray::ServeReplica:[^:]+:([A-Za-z]+)")  # a Serve r
 FAULTS = (("Engine", 0.15), ("Router", 0.35), ("node", 0.55), ("Engine", 0.8))
 
 
-def replica_memory() -> dict[int, dict[str, Any]]:
-    """Every Serve replica process on this machine: pid -> deployment and resident memory (MiB)."""
+def replica_memory(cluster: Any) -> dict[int, dict[str, Any]]:
+    """This cluster's Serve replica processes: pid -> deployment and resident memory (MiB). A replica is a worker
+    its node's raylet started (not a child a replica forked, which inherits its title, nor another cluster's)."""
     import psutil
 
-    out, parents = {}, {}
+    raylets = set()
+    for node in cluster.nodes:
+        for info in node.node.all_processes.get("raylet", ()):
+            raylets.add(info.process.pid)
+    out = {}
     for p in psutil.process_iter(["cmdline", "memory_info", "ppid"]):
         found = _REPLICA_TITLE.match(" ".join(p.info["cmdline"] or ()))
-        if found and p.info["memory_info"] is not None:
+        if found and p.info["ppid"] in raylets and p.info["memory_info"] is not None:
             out[p.pid] = {"deployment": found.group(1), "rss_mib": round(p.info["memory_info"].rss / 2**20, 1)}
-            parents[p.pid] = p.info["ppid"]
-    # A child a replica forks (a subprocess it starts) inherits its title: the replica is the one whose parent is not.
-    return {pid: m for pid, m in out.items() if parents[pid] not in out}
+    return out
 
 
 def router_ids(app: str) -> list[str]:
@@ -243,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         async def sample_memory(t0: float, deadline: float) -> None:
             await asyncio.sleep(min(a.warm_up_s, a.duration * 0.1))
             while time.monotonic() < deadline:
-                memory_samples.append((round(time.monotonic() - t0, 1), await asyncio.to_thread(replica_memory)))
+                sample = await asyncio.to_thread(replica_memory, cluster)
+                memory_samples.append((round(time.monotonic() - t0, 1), sample))
                 await asyncio.sleep(a.memory_every_s)
 
         async def load(t0: float) -> None:
@@ -275,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         engines = load_test.engine_stats(APP)
         left_running = sum(s["active"] for s in engines.values())
         retrieved = sum(1 for _, rid in ch.ids if httpx.get(f"{url}/v1/responses/{rid}", timeout=30).status_code == 200)
-        memory_samples.append((round(time.monotonic() - t0, 1), replica_memory()))
+        memory_samples.append((round(time.monotonic() - t0, 1), replica_memory(cluster)))
         memory = memory_table(memory_samples)
         at_end = placement()
 
