@@ -145,8 +145,9 @@ class AdmissionQueue(Generic[T]):
         passed: list[Ticket] = []
         placed_in_vain = 0
         now = self._clock()
+        ranked = _Ranked(self, now) if self._dynamic else None
         while placed_in_vain < MAX_DEFERRED:
-            ticket = self._pop_best(now)
+            ticket = ranked.pop() if ranked is not None else self._pop_best(now)
             if ticket is None:
                 break
             blocked = ticket.blocked_on is not None and now < ticket.blocked_until
@@ -163,8 +164,12 @@ class AdmissionQueue(Generic[T]):
                 placed_in_vain += 1
                 continue
             self._finish(ticket, admitted=True)
+            if ranked is not None:
+                ranked.charged(ticket)
             ticket.resolve(result)
             admitted += 1
+        if ranked is not None:
+            passed.extend(ranked.rest())
         for ticket in passed:
             self._put_back(ticket, now)
         return admitted
@@ -219,3 +224,40 @@ class AdmissionQueue(Generic[T]):
             self._list.append(ticket)
         else:
             heapq.heappush(self._heap, (self.rank(ticket.w, now), ticket))
+
+
+class _Ranked:
+    """One pump's order over a dynamic queue: ranked once, then re-ranked lazily. Admitting a request charges its
+    session and key, which only raises the rank of their other waiters: a popped waiter of a charged session or
+    key is ranked again and goes back if it fell behind. So a pump ranks each waiter about once, not once per
+    admission. The queue's own list is emptied for the pump (waiters offered meanwhile land there)."""
+
+    def __init__(self, queue: AdmissionQueue, now: float) -> None:
+        self._queue, self._now = queue, now
+        live = [t for t in queue._list if t.live]
+        queue._list = []
+        self._heap = [(queue.rank(t.w, now), t) for t in live]
+        heapq.heapify(self._heap)
+        self._sessions: set[str] = set()
+        self._keys: set[str] = set()
+
+    def pop(self) -> Ticket | None:
+        while self._heap:
+            rank, ticket = heapq.heappop(self._heap)
+            if not ticket.live:
+                continue
+            req = ticket.w.req
+            if req.session_key in self._sessions or req.tenant in self._keys:
+                fresh = self._queue.rank(ticket.w, self._now)
+                if self._heap and fresh > self._heap[0][0]:
+                    heapq.heappush(self._heap, (fresh, ticket))
+                    continue
+            return ticket
+        return None
+
+    def charged(self, ticket: Ticket) -> None:
+        self._sessions.add(ticket.w.req.session_key)
+        self._keys.add(ticket.w.req.tenant)
+
+    def rest(self) -> list[Ticket]:
+        return [t for _, t in self._heap if t.live]
