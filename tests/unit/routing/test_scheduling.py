@@ -267,3 +267,53 @@ def test_a_subagents_first_request_follows_its_parent_and_later_ones_its_own_ses
     r.release("r2")
     later = req(3, "p/agent", kind="tool_result").model_copy(update={"parent_session_key": "p", "continues": True})
     assert r.try_route(later).replica_id == parent_home  # its own home, not where its parent went
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(1, 5000)), min_size=1, max_size=30),
+       st.lists(st.tuples(st.integers(0, 4), st.integers(0, 20000)), max_size=6), st.integers(1, 30))
+def test_one_pump_admits_in_the_order_of_ranking_afresh_before_each_admission(waiters, history, room):
+    """The pump ranks lazily; the order must be that of re-ranking every waiter before each admission."""
+    from agentserve.routing.scheduling.session_las import SessionLas
+
+    def build():
+        clock = Clock()
+        las = SessionLas(half_life_s=60.0, max_sessions=100, aging_tokens_per_s=500.0)
+        for s, tokens in history:
+            las.charge(req(0, f"s{s}"), tokens, 0.0)
+        q: AdmissionQueue[str] = AdmissionQueue(max_waiting=100, max_wait_s=100, retry_after_s=1, clock=clock,
+                                               terms=(las,))
+        reqs = []
+        for i, (s, tokens) in enumerate(waiters):
+            clock.t += 0.01
+            reqs.append((req(i + 1, f"s{s}", tokens=tokens), tokens))
+        return clock, las, q, reqs
+
+    clock, las, q, reqs = build()
+    got: list[str] = []
+    for r, _ in reqs:
+        q.offer(r, 0.0, got.append, pytest.fail)
+    size = {r.request_id: t for r, t in reqs}
+    left = [room]
+
+    def admit(item):
+        if left[0] == 0:
+            return None
+        left[0] -= 1
+        las.charge(item, size[item.request_id], clock.t)
+        return item.request_id
+
+    q.pump(admit)
+    # the reference: every waiter ranked afresh before each admission
+    clock2, las2, _, reqs2 = build()
+    from agentserve.routing.scheduling.base import Waiting
+
+    pending = list(enumerate(reqs2))
+    expected = []
+    while pending and len(expected) < room:
+        best = min(pending, key=lambda p: (las2.value(Waiting(p[1][0], 0.01 * (p[0] + 1), 0.0, p[0]), clock2.t),
+                                            0.01 * (p[0] + 1), p[0]))
+        pending.remove(best)
+        las2.charge(best[1][0], best[1][1], clock2.t)
+        expected.append(best[1][0].request_id)
+    assert got == expected
