@@ -169,6 +169,13 @@ def _tool_choice(choice: Any, kinds: dict[str, ToolKind]) -> Any:
             raise RequestError(
                 "invalid_request", f"tool_choice names '{choice.name}', which is not in tools", param="tool_choice"
             )
+        if kinds[choice.name] != choice.type:  # a forced call is written in its tool's kind: say which one it is
+            raise RequestError(
+                "invalid_request",
+                f"tool_choice names the {choice.type} tool '{choice.name}', but tools declare '{choice.name}' as a "
+                f"{kinds[choice.name]} tool",
+                param="tool_choice",
+            )
         return NamedToolChoice(name=choice.name)
     if choice.get("type") == "local_shell" and LOCAL_SHELL in kinds:
         return NamedToolChoice(name=LOCAL_SHELL)
@@ -395,6 +402,7 @@ def decode(
         max_tokens=req.max_output_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
+        seed=req.seed,
         logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in (req.include or ()) else None,
     )
     gen = GenerationRequest(

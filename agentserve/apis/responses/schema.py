@@ -269,6 +269,8 @@ class ResponsesRequest(_Open):
     service_tier: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
+    # Not in OpenAI's Responses API; vLLM's and agentserve's Chat Completions take it: repeatable sampling.
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     user: str | None = None
     safety_identifier: str | None = None

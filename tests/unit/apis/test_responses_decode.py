@@ -94,12 +94,25 @@ def test_custom_tool_call_replays_as_json_input():
     assert json.loads(call.arguments) == {"input": "*** Begin Patch\nü"}
 
 
+def test_a_named_choice_of_the_wrong_kind_is_refused():
+    """A custom tool forced as a function (or a function as a custom tool) is a 400 saying which kind it is."""
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}},
+             {"type": "custom", "name": "apply_patch"}]
+    for choice, kind in (({"type": "function", "name": "apply_patch"}, "custom"), ({"type": "custom", "name": "f"}, "function")):
+        with pytest.raises(RequestError) as exc:
+            _decode({"model": "m", "input": "x", "tools": tools, "tool_choice": choice})
+        assert exc.value.status == 400 and exc.value.param == "tool_choice"
+        assert f"declare '{choice['name']}' as a {kind} tool" in str(exc.value)
+
+
 def test_sampling_and_session():
     d = _decode(
-        {"model": "m", "input": "x", "max_output_tokens": 7, "temperature": 0.2, "prompt_cache_key": "k"},
+        {"model": "m", "input": "x", "max_output_tokens": 7, "temperature": 0.2, "prompt_cache_key": "k", "seed": 7},
         session_id=None,
     )
     assert d.request.sampling.max_tokens == 7 and d.request.sampling.temperature == 0.2
+    assert d.request.sampling.seed == 7  # vLLM's Responses field: repeatable sampling
+    assert _decode({"model": "m", "input": "x"}).request.sampling.seed is None
     assert d.request.hints.session_id == "k"
 
 
