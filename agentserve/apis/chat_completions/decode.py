@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from agentserve.apis.chat_completions.schema import ChatCompletionRequest, FilePart, ImagePart, Message, TextPart
+from agentserve.apis.chat_completions.schema import NamedToolChoice as ChatToolChoice
 from agentserve.apis.media import TEXT_ONLY, MediaPolicy, file_kind
 from agentserve.apis.sampling_caps import CHAT_MAX_STOP, check_logit_bias_size, stop_strings
 from agentserve.apis.unapplied import Unapplied, reject_unapplied
@@ -156,6 +157,20 @@ def _logprobs(req: ChatCompletionRequest) -> int | None:
     return req.top_logprobs or 0
 
 
+def _refuse_custom_tools(req: ChatCompletionRequest) -> None:
+    """Custom (freeform) tools, and a choice forcing one, are served on the Responses API, where the call comes back
+    as a `custom_tool_call` held to the tool's grammar; here they are a 400 naming the field, not a pydantic dump."""
+    where = "custom tools (freeform input under a grammar) are served on the Responses API (POST /v1/responses); " \
+        "Chat Completions here takes function tools"
+    for i, t in enumerate(req.tools or []):
+        if t.type == "custom":
+            custom = (t.model_extra or {}).get("custom")
+            name = custom.get("name") if isinstance(custom, dict) else None
+            raise RequestError("invalid_request", f"tools[{i}] ({name or 'unnamed'}): {where}", param=f"tools[{i}]")
+    if isinstance(req.tool_choice, ChatToolChoice) and req.tool_choice.type == "custom":
+        raise RequestError("invalid_request", f"tool_choice forces a custom tool: {where}", param="tool_choice")
+
+
 def decode(
     req: ChatCompletionRequest,
     *,
@@ -169,6 +184,7 @@ def decode(
             "invalid_request", "only n=1 is supported (one choice per request; send n requests instead)", param="n"
         )
     reject_unapplied(req, UNAPPLIED)
+    _refuse_custom_tools(req)
     tools = tuple(
         ToolSpec(
             name=t.function.name,
@@ -177,9 +193,11 @@ def decode(
             strict=bool(t.function.strict),
         )
         for t in req.tools or []
+        if t.function is not None
     )
     choice = req.tool_choice or ("auto" if tools else "none")
     if not isinstance(choice, str):
+        assert choice.function is not None  # custom choices were refused above
         if choice.function.name not in {t.name for t in tools}:
             raise RequestError(
                 "invalid_request",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Open(BaseModel):
@@ -64,8 +64,17 @@ class FunctionDef(_Open):
 
 
 class Tool(_Open):
-    type: Literal["function"] = "function"
-    function: FunctionDef
+    """A function tool. A `custom` (freeform) tool is read only to be refused by name (decode.py): custom tools
+    are served on the Responses API."""
+
+    type: Literal["function", "custom"] = "function"
+    function: FunctionDef | None = None
+
+    @model_validator(mode="after")
+    def _function_given(self) -> "Tool":
+        if self.type == "function" and self.function is None:
+            raise ValueError("a function tool needs `function`")
+        return self
 
 
 class NamedFunction(_Open):
@@ -73,8 +82,14 @@ class NamedFunction(_Open):
 
 
 class NamedToolChoice(_Open):
-    type: Literal["function"] = "function"
-    function: NamedFunction
+    type: Literal["function", "custom"] = "function"  # custom: refused by decode.py, as custom tools are
+    function: NamedFunction | None = None
+
+    @model_validator(mode="after")
+    def _function_given(self) -> "NamedToolChoice":
+        if self.type == "function" and self.function is None:
+            raise ValueError("a function tool_choice needs `function`")
+        return self
 
 
 class StreamOptions(_Open):

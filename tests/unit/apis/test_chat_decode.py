@@ -56,3 +56,29 @@ def test_unsatisfiable_requests_are_invalid(extra):
     with pytest.raises(RequestError) as exc:
         _decode({"model": "m", "messages": [{"role": "user", "content": "x"}], **extra})
     assert exc.value.status == 400
+
+
+CUSTOM = {"type": "custom", "custom": {"name": "apply_patch", "format": {"type": "grammar", "grammar": {
+    "syntax": "lark", "definition": 'start: "*** Begin Patch"'}}}}
+FUNCTION = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"tools": [FUNCTION, CUSTOM]}, "tools[1]"),
+    ({"tools": [FUNCTION], "tool_choice": {"type": "custom", "custom": {"name": "apply_patch"}}}, "tool_choice"),
+])
+def test_custom_tools_are_refused_naming_the_field_and_where_they_are_served(extra, param):
+    with pytest.raises(RequestError) as exc:
+        _decode({"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra})
+    assert exc.value.status == 400 and exc.value.param == param
+    assert "Responses API (POST /v1/responses)" in str(exc.value)
+    assert param != "tools[1]" or "apply_patch" in str(exc.value)
+
+
+def test_a_function_tool_or_choice_still_needs_its_function():
+    from pydantic import ValidationError
+
+    for extra in ({"tools": [{"type": "function"}]},
+                  {"tools": [FUNCTION], "tool_choice": {"type": "function"}}):
+        with pytest.raises(ValidationError, match="needs `function`"):
+            ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra})
