@@ -75,7 +75,10 @@ def start_ray(
 
     from agentserve.serve import ray_env
 
-    init: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": dashboard, "log_to_driver": False}
+    # address="local": a Ray instance of its own, never the cluster another process started on this machine
+    # (`make serve`, another suite), which ray.init() would otherwise join through /tmp/ray/ray_current_cluster.
+    init: dict[str, Any] = {"address": "local", "num_cpus": num_cpus, "include_dashboard": dashboard,
+                            "log_to_driver": False}
     if dashboard:
         init.update(dashboard_host="127.0.0.1", dashboard_port=free_port())
     if shipped_env:
