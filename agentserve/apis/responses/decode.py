@@ -84,13 +84,31 @@ def custom_tool_arguments(tool_input: str) -> str:
     return json.dumps({FREEFORM_ARGUMENT: tool_input}, ensure_ascii=False)
 
 
+_INPUT_OPEN = "{" + json.dumps(FREEFORM_ARGUMENT) + ': "'  # how custom_tool_arguments starts
+
+
 def custom_tool_input(arguments: str) -> str:
     try:
         value = json.loads(arguments)
     except ValueError:
-        return arguments
+        return _cut_input(arguments)
     if isinstance(value, dict) and isinstance(value.get(FREEFORM_ARGUMENT), str) and len(value) == 1:
         return value[FREEFORM_ARGUMENT]
+    return arguments
+
+
+def _cut_input(arguments: str) -> str:
+    """A call cut off inside its input (max_output_tokens): the text written so far, not the JSON it sits in. The
+    end may split an escape (`\\u00`) or hold the closing quote: the longest decodable prefix of the last few
+    characters' cuts. Anything else is returned as it is."""
+    if not arguments.startswith(_INPUT_OPEN):
+        return arguments
+    body = arguments[len(_INPUT_OPEN):]
+    for end in range(len(body), max(len(body) - 8, -1), -1):
+        try:
+            return json.loads('"' + body[:end] + '"')
+        except ValueError:
+            continue
     return arguments
 
 

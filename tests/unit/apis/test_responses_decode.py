@@ -105,6 +105,19 @@ def test_a_named_choice_of_the_wrong_kind_is_refused():
         assert f"declare '{choice['name']}' as a {kind} tool" in str(exc.value)
 
 
+@pytest.mark.parametrize("cut", [0, 1, 5, 11, 14, 17, 20])
+def test_a_custom_call_cut_off_gives_the_input_written_so_far(cut):
+    """max_output_tokens inside a freeform call: `input` is the patch text so far, never the JSON wrapping it."""
+    from agentserve.apis.responses.decode import custom_tool_arguments, custom_tool_input
+
+    text = '*** Begin Patch\n+"é" \\ \u0001'
+    full = custom_tool_arguments(text)
+    assert custom_tool_input(full) == text
+    partial = custom_tool_input(full[: len(full) - 2 - cut])  # without the closing quote and brace, then less
+    assert text.startswith(partial) and len(text) - len(partial) <= cut + 1, partial
+    assert custom_tool_input('{"other": "x') == '{"other": "x'
+
+
 def test_sampling_and_session():
     d = _decode(
         {"model": "m", "input": "x", "max_output_tokens": 7, "temperature": 0.2, "prompt_cache_key": "k", "seed": 7},
