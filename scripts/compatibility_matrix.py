@@ -89,9 +89,9 @@ FEATURES: tuple[Feature, ...] = (
             (f"{RW}::test_custom_tool_input_round_trips", f"{RE}::test_custom_tool_call",
              "tests/e2e/test_vllm_apply_patch.py::", "tests/unit/preprocess/test_freeform_tools.py::"),
             "the CLI run edits a file through apply_patch on the scripted engine (its call held to the grammar); on "
-            "real vLLM (SmolLM2-135M, which never chooses apply_patch under Codex's auto choice) Codex's exact tool "
-            "with the choice forced gives patches its Lark grammar accepts, streamed and not, at temperature 0.7, "
-            "and fails with the constraint off; real `codex exec` calling apply_patch on vLLM is not run"),
+            "real vLLM (SmolLM2-135M, which never chooses apply_patch under Codex's auto choice) Codex's exact tool, "
+            "named or required (the model then picks it), gives patches its Lark grammar accepts, streamed and not, at "
+            "temperature 0.7, and fails with the constraint off; real `codex exec` calling apply_patch on vLLM is not run"),
     Feature("Codex", "output schema", (f"{CX}.py::test_codex_exec_output_schema",),
             ("tests/integration/api/test_constrained.py::test_responses_text_format",)),
     Feature("Codex", "MCP tools (namespaced)", (), (f"{RW}::test_namespaced_tool_call",),
