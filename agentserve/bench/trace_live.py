@@ -172,7 +172,8 @@ class LiveReplay:
         return [Program(root, turns[root], a, b, root not in self.shed_roots) for root, (a, b) in spans.items()]
 
 
-async def _main(args: argparse.Namespace) -> dict[str, Any]:
+async def replay(args: argparse.Namespace) -> dict[str, Any]:
+    """One replay of args.trace against args.url: the report's row (bench/trace_report.summarize + 529s)."""
     import anthropic
 
     records = read_records(args.trace)
@@ -191,7 +192,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="agentserve bench replay TRACE --live", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace")
@@ -207,8 +208,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--replicas", type=int, default=0, help="engine replicas behind --url (recorded only)")
     ap.add_argument("--label", default="live", help="what is being measured (recorded as the row's policy)")
     ap.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/trace_replay_live.json)")
-    args = ap.parse_args(argv)
-    row = asyncio.run(_main(args))
+    from agentserve.bench import trace_vllm
+
+    trace_vllm.add_arguments(ap)  # --vllm-replicas: start the graph per condition (bench/trace_vllm.py)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.vllm_replicas:
+        from agentserve.bench import trace_vllm
+
+        return trace_vllm.run(args, list(argv or ()))
+    row = asyncio.run(replay(args))
     out = Path(args.out) if args.out else results.out_path("trace_replay_live.json")
     results.write_json(out, {"meta": {"command": results.command("replay", ["--live", *(argv or [])]),
                                       "url": args.url, "model": args.model, "token_scale": args.token_scale,
