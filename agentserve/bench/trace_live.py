@@ -2,6 +2,8 @@
 
     agentserve bench replay TRACE --live [--url http://127.0.0.1:8000] [--model smollm2] [--sessions 4]
         [--token-scale 0.03] [--time-scale 1] [--speedup 1] [--retries 3]
+    agentserve bench replay TRACE --live --vllm-replicas 2 --kv-cache-gib 0.25 --conditions fcfs,sessions [...]
+        (no --url: a graph started per condition, bench/trace_vllm.py)
 
 Each session runs as the trace says (offline/trace_workload.py infers the tree): top-level sessions arrive at their
 recorded offsets (divided by --speedup), each next request its recorded gap (times --time-scale) after the

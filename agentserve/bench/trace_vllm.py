@@ -110,6 +110,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     chosen = parse_conditions(args.conditions)
     client_scheduling = conditions.prioritize_client()
+    at_start = conditions.snapshot(client_scheduling=client_scheduling, git=conditions.git_state())
     args.replicas = args.vllm_replicas
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
@@ -124,9 +125,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 args.url, args.label = str(url), cond.name
                 row = asyncio.run(trace_live.replay(args))
                 deploy_s = url.deploy_s
+                router = router_counts()
         finally:
             shutil.rmtree(data_dir, ignore_errors=True)
         rows.append(row)
+        row["router"] = router
         runs.append({"condition": cond.name, "serve_args": serve_args, "deploy_s": round(deploy_s, 1),
                      "condition_wall_s": round(time.perf_counter() - t0, 1),
                      "loadavg_before": before, "loadavg_after": conditions.loadavg()})
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     meta = {"command": results.command("replay", ["--live", *argv]), "model": args.model,
             "sessions": args.sessions, "token_scale": args.token_scale, "time_scale": args.time_scale,
             "speedup": args.speedup, "retries": args.retries, "runs": runs,
-            "conditions": conditions.snapshot(client_scheduling=client_scheduling, git=conditions.git_state())}
+            "conditions": at_start}  # before the first graph; each run has its load averages
     results.write_json(out, {"meta": meta, "rows": rows})
     md = trace_report.table(rows)
     out.with_suffix(".md").write_text(md + "\n")
@@ -143,9 +146,20 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
          f"{args.kv_cache_gib:g} GiB KV each, {args.sessions} programs x{args.speedup:g} speed")
     print(md)
     for r in rows:
-        print(f"{r['policy']}: 529s {r['overloaded_529']} of {r['attempts']} attempts; wall {r['wall_s']:.0f} s")
+        print(f"{r['policy']}: {r['served']} of {r['requests']} requests served, re-prefilled {r['reprefilled_tokens']} "
+              f"tokens, 529s {r['overloaded_529']} of {r['attempts']} attempts ({r['rate_529']:.1%}); "
+              f"Router: {r['router']['counters'].get('queued', 0)} queued, {r['router']['rejected']} rejected; "
+              f"replay {r['wall_s']:.0f} s")
     print(f"-> {out}")
     return 0
+
+
+def router_counts() -> dict[str, Any]:
+    """The Router's own counts (routed, prefix, queued, ...; rejected): whether its queue was used at all."""
+    from ray import serve
+
+    stats = serve.get_deployment_handle("Router", app_name="agentserve").stats.remote().result()
+    return {"counters": dict(stats.counters), "rejected": stats.rejected}
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
