@@ -50,7 +50,7 @@ _ALL = (
     Benchmark("preamble", "preamble", "Claude Code's billing header vs the prefix cache", "graph (vLLM) x2"),
     Benchmark("reasoning-replay", "replay", "reasoning replay keeps the prefix (three variants)", "graph (vLLM)"),
     Benchmark("replay", "trace_replay", "replay a request trace: router simulator (--sim) or a running graph (--live)",
-              "nothing (--sim); a running graph (--live)"),
+              "nothing (--sim); a running graph (--live); graph (vLLM xN) per condition (--live --vllm-replicas N)"),
     Benchmark("token-exact-replay", "token_exact_replay", "kept turns on vs off: the previous output as generated",
               "graph (vLLM) x2"),
     Benchmark("splice-cost", "splice_cost", "what splicing kept turns costs the preprocessor", "nothing"),

@@ -166,7 +166,6 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """One bar per condition in each panel: TTFT p50/p90/p99, completion p50 by program size, output tokens/s,
     cached share, re-prefilled tokens, 529 rate (trace_report.plot draws lines over load; here there is one load)."""
     plt = results.pyplot()
-    names = [r["policy"] for r in rows]
     sizes = [name for name, _, _ in trace_report.BUCKETS]
     nan = float("nan")
     panels: list[tuple[str, list[str], Any]] = [
@@ -175,7 +174,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ("output tokens/s", [""], lambda r, k: r["output_tokens_per_s"]),
         ("cached share (%)", [""], lambda r, k: 100 * r["cached_share"]),
         ("re-prefilled (K tokens)", [""], lambda r, k: r["reprefilled_tokens"] / 1e3),
-        ("529 rate (%)", [""], lambda r, k: 100 * r["rate_529"]),
+        ("529 answers (% of attempts)", [""], lambda r, k: 100 * r["rate_529"]),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.6))
     width = 0.8 / max(1, len(rows))
@@ -184,7 +183,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             ax.bar([x + i * width for x in range(len(keys))], [get(r, k) for k in keys], width, label=r["policy"])
         ax.set_xticks([x + width * (len(rows) - 1) / 2 for x in range(len(keys))], keys, fontsize=7)
         ax.set_title(label, fontsize=9)
-    axes[0].legend(fontsize=7, title=" vs ".join(names) if len(names) > 3 else None)
+    axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     results.save_figure(fig, path, dpi=90)
