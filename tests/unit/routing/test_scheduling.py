@@ -311,8 +311,8 @@ def test_one_pump_admits_in_the_order_of_ranking_afresh_before_each_admission(wa
     pending = list(enumerate(reqs2))
     expected = []
     while pending and len(expected) < room:
-        best = min(pending, key=lambda p: (las2.value(Waiting(p[1][0], 0.01 * (p[0] + 1), 0.0, p[0]), clock2.t),
-                                            0.01 * (p[0] + 1), p[0]))
+        # every waiter was offered at the same instant (clock2.t): ties go by arrival sequence
+        best = min(pending, key=lambda p: (las2.value(Waiting(p[1][0], clock2.t, 0.0, p[0]), clock2.t), p[0]))
         pending.remove(best)
         las2.charge(best[1][0], best[1][1], clock2.t)
         expected.append(best[1][0].request_id)
