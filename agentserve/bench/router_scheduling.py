@@ -190,13 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_s": time.perf_counter() - t0,
         "conditions": conditions.snapshot(git=conditions.git_state()),
     }
-    results.write_json(out, {"meta": meta, "rows": rows})
-    md = trace_report.table(rows) + "\n\n" + versus_baseline(rows) + "\n\n" + key_table(rows)
-    print(md)
-    out.with_suffix(".md").write_text(md + "\n")
-    trace_report.plot(rows, out.with_suffix(".png"),
-                      f"Session-aware scheduling, simulator: {trace['programs']} programs, {args.replicas} replicas, "
-                      f"{args.kv_blocks * BLOCK_SIZE // 1000}K KV tokens each")
+    trace_report.write(out, meta, rows,
+                       f"Session-aware scheduling, simulator: {trace['programs']} programs, {args.replicas} replicas, "
+                       f"{args.kv_blocks * BLOCK_SIZE // 1000}K KV tokens each", versus_baseline(rows), key_table(rows))
     return 0
 
 

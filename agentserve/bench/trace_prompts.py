@@ -11,6 +11,7 @@ in the BPE tokenizers we serve (SmolLM2, Llama, Qwen), near enough.
 
 from __future__ import annotations
 
+import os
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -100,16 +101,7 @@ def shared_prefix_blocks(first_inputs: list[list[int]]) -> list[int]:
     """For each context's first request, how many leading blocks it shares with any other's: its system prompt."""
     order = sorted(range(len(first_inputs)), key=lambda i: first_inputs[i])
     out = [0] * len(first_inputs)
-
-    def lcp(a: list[int], b: list[int]) -> int:
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return n
-
     for a, b in zip(order, order[1:]):
-        n = lcp(first_inputs[a], first_inputs[b])
+        n = len(os.path.commonprefix([first_inputs[a], first_inputs[b]]))  # element-wise: lists too
         out[a], out[b] = max(out[a], n), max(out[b], n)
     return out

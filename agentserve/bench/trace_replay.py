@@ -191,13 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "policies": policies,
         "conditions": conditions.snapshot(git=conditions.git_state()),
     }
-    results.write_json(out, {"meta": meta, "rows": rows})
-    md = trace_report.table(rows)
-    print(md)
-    out.with_suffix(".md").write_text(md + "\n")
-    trace_report.plot(rows, out.with_suffix(".png"),
-                      f"Trace replay on the router simulator: {meta['trace']['programs']} programs, "
-                      f"{meta['trace']['records']} requests in the trace")
+    trace_report.write(out, meta, rows, f"Trace replay on the router simulator: {meta['trace']['programs']} programs, "
+                                        f"{meta['trace']['records']} requests in the trace")
     return 0
 
 

@@ -9,6 +9,7 @@ would have held (the trace's reuse) but the serving side computed again.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 from agentserve.bench import results, stats
@@ -75,6 +76,15 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['shed_rate']:.2%} |"
         )
     return "\n".join(out)
+
+
+def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]], title: str, *extra_tables: str) -> None:
+    """A replay's results: JSON (meta + rows), the table (and any extra tables) printed and as .md, the PNG."""
+    results.write_json(out, {"meta": meta, "rows": rows})
+    md = "\n\n".join((table(rows), *extra_tables))
+    print(md)
+    out.with_suffix(".md").write_text(md + "\n")
+    plot(rows, out.with_suffix(".png"), title)
 
 
 def plot(rows: list[dict[str, Any]], path: Any, title: str) -> None:
