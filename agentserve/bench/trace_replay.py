@@ -3,7 +3,7 @@
     agentserve trace generate -o /tmp/agents.jsonl.gz --sessions 1200
     agentserve bench replay /tmp/agents.jsonl.gz --sim [--replicas 4,16,64] [--load 0.5,0.8,1.0,1.2,1.5]
         [--policies round-robin,kv,kv+session_fairness] [--sessions-per-replica 150] [--block-size 256]
-        [--kv-tokens 2097152]
+        [--kv-tokens 2097152] [--max-retries 10] [--old-engine]
     agentserve bench replay /tmp/agents.jsonl.gz --live --url http://127.0.0.1:8000 [--sessions 4] [--speedup 1]
 
 --sim: every policy replays the same sessions at each (replicas, load); a turn arrives its recorded gap after its
@@ -13,7 +13,9 @@ which the replicas prefill all the time with one shared unbounded cache and the 
 hold every live session's context through its gaps. Policies: `round-robin`; `kv` (today's KV routing, each
 request placed at once and queued FCFS at its replica); `kv+queue` (the same, waiting in the router's admission queue, FCFS);
 `kv+SWITCH[+...]` with SWITCH a boolean of routing/scheduling SchedulingConfig (session_fairness,
-interactive_first, key_shares, kv_pressure); also `power-of-two`, `session-affinity`.
+interactive_first, key_shares, kv_pressure); also `power-of-two`, `session-affinity`. A shed request is
+retried as Claude Code does (offline/session_flow.RetryPolicy: `--max-retries`, 0 = it ends its program);
+`--old-engine` is the simulator's engine before running requests held KV (no preemption).
 
 --live: see bench/trace_live.py. Both print a table and write JSON (+ PNG for --sim) via bench/results.py.
 """
@@ -32,7 +34,7 @@ from typing import Any, Callable, Sequence
 from agentserve.bench import conditions, results, trace_report
 from agentserve.offline import router_sim as sim
 from agentserve.offline import trace_workload as tw
-from agentserve.offline.session_flow import SessionFlow
+from agentserve.offline.session_flow import RetryPolicy, SessionFlow
 from agentserve.traces.jsonl import read_records
 from agentserve.traces.record import TraceRecord
 
@@ -108,6 +110,7 @@ def first_programs(sessions: list[sim.Session], n: int) -> list[sim.Session]:
 
 def replay_sim(
     sessions: list[sim.Session], replicas: int, load: float, policies: list[str], m: sim.ReplicaModel, block_size: int,
+    retry: RetryPolicy | None = None,
 ) -> list[dict[str, Any]]:
     cap = tw.capacity(sessions, m, block_size, replicas)
     factor = load * cap["sessions_per_s"] / tw.session_rate(sessions)
@@ -117,18 +120,19 @@ def replay_sim(
     for spec in policies:
         router = make_policy(spec, block_size)()
         spec = router.name if ":" in spec else spec
-        flow = SessionFlow(scaled, block_size)
+        flow = SessionFlow(scaled, block_size, retry)
         t0 = time.perf_counter()
         res = sim.simulate(router, replicas, scaled, w, m, flow=flow)
         row = {"replicas": replicas, "load": load, "policy": spec, "arrival_speedup": factor,
                "capacity_sessions_per_s": cap,
                "util_mean": res.util_mean, "util_max_over_mean": res.util_max_over_mean,
                **trace_report.summarize(flow.requests, flow.programs()), "wall_s": time.perf_counter() - t0}
-        t = row["ttft_s"]
+        t = trace_report.ttft_of(row)
         print(f"N={replicas:3d} load {load:4.0%} {spec:36s} ttft p50 {t.get('p50', float('nan')):7.2f} p99 {t.get('p99', float('nan')):7.2f} s"
               f"  short p50 {row['completion_s'][trace_report.BUCKETS[0][0]].get('p50', float('nan')):6.0f} s"
-              f"  out {row['output_tokens_per_s']:7.0f} tok/s  cached {row['cached_share']:5.1%}"
-              f"  529 {row['shed_rate']:5.2%}  [{row['wall_s']:.1f}s]", flush=True)
+              f"  out {row['output_tokens_per_s']:7.0f} (sustained {row['sustained_output_tokens_per_s'] or 0:7.0f}) tok/s"
+              f"  cached {row['cached_share']:5.1%}  preempt {row['preemptions']}  529 {row['shed_rate']:5.2%}"
+              f"  retries {row['retries']}  cut {row['programs_incomplete']}  [{row['wall_s']:.1f}s]", flush=True)
         rows.append(row)
     return rows
 
@@ -163,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="replay the first N x replicas programs of the trace (0: all of it at every size)")
     ap.add_argument("--block-size", type=int, default=0, help=f"replay block size, a multiple of the trace's (default: the least one >= {DEFAULT_BLOCK_SIZE})")
     ap.add_argument("--kv-tokens", type=int, default=DEFAULT_KV_TOKENS, help="KV cache per simulated replica, in tokens")
+    ap.add_argument("--max-retries", type=int, default=RetryPolicy().max_retries,
+                    help="retries of a shed request (529, retry-after 2 s) before its program ends; 0: none")
+    ap.add_argument("--old-engine", action="store_true",
+                    help="the engine model before: running requests hold no KV, nothing is preempted")
     ap.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/trace_replay_{sim,live}.json)")
     args = ap.parse_args(argv)
     path = Path(args.trace)
@@ -173,12 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
         make_policy(p, bs)  # fail before any run
-    m = sim.ReplicaModel(kv_blocks=args.kv_tokens // bs)
+    m = sim.ReplicaModel(kv_blocks=args.kv_tokens // bs, pin_running=not args.old_engine)
+    retry = RetryPolicy(max_retries=args.max_retries)
     rows: list[dict[str, Any]] = []
     for n in [int(x) for x in args.replicas.split(",")]:
         chosen = first_programs(sessions, args.sessions_per_replica * n)
         for load in [float(x) for x in args.load.split(",")]:
-            for row in replay_sim(chosen, n, load, policies, m, bs):
+            for row in replay_sim(chosen, n, load, policies, m, bs, retry):
                 rows.append(row | {"programs_replayed": len(tw.top_level(chosen))})
     out = Path(args.out) if args.out else results.out_path("trace_replay_sim.json")
     meta = {
@@ -186,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trace": trace_info(path, records, sessions),
         "replay_block_size": bs,
         "replica_model": asdict(m),
+        "retry": asdict(retry),
         "load_definition": "1.0 = the lower of: replicas prefilling all the time with one shared unbounded cache; "
                            "their KV holding every live session's context through its gaps (rows: capacity_sessions_per_s)",
         "policies": policies,

@@ -8,7 +8,7 @@ from agentserve.offline import router_sim as sim
 
 
 def _replicas(n: int, ongoing: list[int] | None = None) -> list[sim.Replica]:
-    reps = [sim.Replica(i, sim.LruCache(64)) for i in range(n)]
+    reps = [sim.Replica(i, sim.KvPool(64)) for i in range(n)]
     for rep, busy in zip(reps, ongoing or [0] * n):
         rep.decoding = busy
     return reps

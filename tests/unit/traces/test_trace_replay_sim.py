@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from agentserve.bench import trace_replay
 from agentserve.offline import router_sim as sim
 from agentserve.offline import trace_workload as tw
-from agentserve.offline.session_flow import SessionFlow
+from agentserve.offline.session_flow import NO_RETRY, RetryPolicy, SessionFlow
 from agentserve.traces.jsonl import write_records
 from agentserve.traces.record import TraceRecord
 from agentserve.traces.synthetic import TraceShape, generate
@@ -170,14 +170,14 @@ def test_capacity_is_the_lower_of_prefill_and_kv_bounds():
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 1000), policy=st.sampled_from(["round-robin", "kv"]))
-def test_a_shed_request_ends_its_session_and_a_waiting_parent_goes_on(seed, policy):
+def test_without_retries_a_shed_request_ends_its_session_and_a_waiting_parent_goes_on(seed, policy):
     shape = TraceShape(sessions=8, seed=seed, subagent_share=1.0, system_tokens=(1_000, 3_000),
                        context_at_30=(20_000, 40_000), long_turns=(6, 12, 8), short_turns=(2, 4),
                        subagent_turns=(2, 4), block_size=64)
     sessions = tw.sessions_from_trace(generate(shape), 128)
     m = sim.ReplicaModel(kv_blocks=64, shed_after_s=0.5, prefill_ms_per_token=1.0)  # sheds often
     sessions = tw.rescale(sessions, tw.load_factor(sessions, m, 128, 1, 3.0))
-    flow = SessionFlow(sessions, 128)
+    flow = SessionFlow(sessions, 128, NO_RETRY)
     res = sim.simulate(trace_replay.make_policy(policy, 128)(), 1, sessions, sim.Workload(block_size=128), m, flow)
     by: dict[int, list] = defaultdict(list)
     for r in flow.requests:
@@ -197,3 +197,34 @@ def test_a_shed_request_ends_its_session_and_a_waiting_parent_goes_on(seed, poli
                     and any(by[c][-1].shed for c in children if c in by)):
                 assert len(by[s.sid]) > k
     assert all(not p.complete for p in flow.programs() if any(r.shed for r in flow.requests if r.session == p.root))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), policy=st.sampled_from(["round-robin", "kv", "kv+wait_for_cache"]))
+def test_with_retries_a_shed_turn_comes_back_until_served_or_its_retries_are_spent(seed, policy):
+    shape = TraceShape(sessions=8, seed=seed, subagent_share=1.0, system_tokens=(1_000, 3_000),
+                       context_at_30=(20_000, 40_000), long_turns=(6, 12, 8), short_turns=(2, 4),
+                       subagent_turns=(2, 4), block_size=64)
+    sessions = tw.sessions_from_trace(generate(shape), 128)
+    m = sim.ReplicaModel(kv_blocks=512, shed_after_s=0.5, prefill_ms_per_token=1.0)  # sheds often
+    sessions = tw.rescale(sessions, tw.load_factor(sessions, m, 128, 1, 3.0))
+    retry = RetryPolicy(max_retries=3)
+    flow = SessionFlow(sessions, 128, retry)
+    res = sim.simulate(trace_replay.make_policy(policy, 128)(), 1, sessions, sim.Workload(block_size=128), m, flow)
+    assert sum(r.shed for r in flow.requests) == res.rejected
+    by: dict[tuple[int, int], list] = defaultdict(list)
+    for r in flow.requests:
+        by[(r.session, r.turn)].append(r)
+    cut_sessions = set()
+    for (sid, _), rs in by.items():
+        assert [r.attempt for r in rs] == list(range(len(rs))) and len(rs) <= retry.max_retries + 1
+        assert all(r.shed and r.retried for r in rs[:-1])  # every attempt but the last was shed and retried
+        for prev, nxt in zip(rs, rs[1:]):
+            assert nxt.arrival == pytest.approx(prev.end + retry.retry_after_s)
+            assert nxt.first_arrival == rs[0].arrival
+        if rs[-1].shed:
+            assert not rs[-1].retried and len(rs) == retry.max_retries + 1
+            cut_sessions.add(sid)
+    for sid in cut_sessions:  # nothing of a session after its cut turn
+        last = max(k for (s, k) in by if s == sid)
+        assert by[(sid, last)][-1].shed
