@@ -256,6 +256,10 @@ class SchedulingSpec(_Strict):
     max_cache_wait_s: float = Field(default=30.0, ge=0)  # then it takes a free replica after all
     # With an ordering part on, a full queue rejects its lowest-ranked waiter instead of a higher-ranked newcomer.
     shed_lowest: bool = True
+    # The ordering parts order a waiting request only once it has waited this long (a priority hint counting as time
+    # waited); until then it keeps its FCFS place. 0: ranked on arrival. The default, 1 s, is several prefills of a
+    # few thousand tokens on a GPU: longer than most waits below saturation, short beside a backlog's (OPERATIONS 3d).
+    rank_after_wait_s: float = Field(default=1.0, ge=0)
 
     @model_validator(mode="after")
     def _weights(self) -> "SchedulingSpec":

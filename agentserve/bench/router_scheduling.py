@@ -8,8 +8,10 @@ together, against FCFS with today's KV routing and round-robin, on the same gene
 Without --trace a trace is generated (agentserve/traces/synthetic.py, its published shapes, seed 0). Load: 1.0 =
 the replicas prefilling all the time with one shared unbounded cache (offline/trace_workload.py). The variants
 with a router queue hold requests in the Router once a replica has QUEUE_AT_PREFILL_TOKENS of pending prefill
-(offline/router_sim.Ours); the baselines place every request at once into its replica's FIFO, as today. Figures
-per row: bench/trace_report.summarize. A shed request is retried (offline/session_flow.RetryPolicy, `--max-retries`);
+(offline/router_sim.Ours); the baselines place every request at once into its replica's FIFO, as today. The
+ordering switches run twice: ranking every waiter on arrival (rank_after_wait_s 0, as first measured) and, in the
+"ranked after" rows, only those that waited the default rank_after_wait_s. Figures per row:
+bench/trace_report.summarize. A shed request is retried (offline/session_flow.RetryPolicy, `--max-retries`);
 `--old-engine` is the simulator's engine before running requests held KV (nothing preempted).
 """
 
@@ -32,16 +34,25 @@ from agentserve.routing.scheduling import SchedulingConfig
 BLOCK_SIZE = 256
 QUEUE = {"wait_for_cache": True}  # the router queue's base: wait for the replica holding the session's KV
 FAIR = {"session_fairness": True}
+# The ordering switches' rows as first measured rank every waiter on arrival (rank_after_wait_s 0); the "ranked
+# after" rows order by rank only those that waited the default rank_after_wait_s, the rest FCFS.
+AT_ONCE = {"rank_after_wait_s": 0.0}
+RANKED_AFTER = SchedulingConfig().rank_after_wait_s
+AFTER = {"rank_after_wait_s": RANKED_AFTER}
+ALL = QUEUE | FAIR | {"interactive_first": True, "kv_pressure": True}
 # name -> scheduling switches (None: placed at once, today's path); "round-robin" is the simulator's own.
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "round-robin": None,
     "FCFS + KV routing (today)": None,
     "router queue (FCFS)": QUEUE,
-    "+ session fairness": QUEUE | FAIR,
-    "+ interactive first": QUEUE | {"interactive_first": True},
+    "+ session fairness": QUEUE | FAIR | AT_ONCE,
+    f"+ session fairness (ranked after {RANKED_AFTER:g}s)": QUEUE | FAIR | AFTER,
+    "+ interactive first": QUEUE | {"interactive_first": True} | AT_ONCE,
     "+ KV pressure": QUEUE | {"kv_pressure": True},
-    "+ key shares": QUEUE | {"key_shares": True},
-    "all switches": QUEUE | FAIR | {"interactive_first": True, "kv_pressure": True},
+    "+ key shares": QUEUE | {"key_shares": True} | AT_ONCE,
+    f"+ key shares (ranked after {RANKED_AFTER:g}s)": QUEUE | {"key_shares": True} | AFTER,
+    "all switches": ALL | AT_ONCE,
+    f"all switches (ranked after {RANKED_AFTER:g}s)": ALL | AFTER,
 }
 BASELINE = "FCFS + KV routing (today)"
 NO_WAIT = "router queue, no wait_for_cache"  # the queue alone, sessions free to leave their KV (--no-wait-row)
@@ -138,7 +149,7 @@ def key_table(rows: list[dict[str, Any]]) -> str:
     and with per-key shares (equal weights), at each load."""
     out = ["| load | variant | per key: offered / served share, TTFT p50 |", "|---:|---|---|"]
     for r in rows:
-        if r["policy"] in (BASELINE, "+ key shares"):
+        if r["policy"] in (BASELINE, "+ key shares", f"+ key shares (ranked after {RANKED_AFTER:g}s)"):
             cells = "; ".join(f"{k}: {v['offered']:.0%} / {v['served']:.0%}, {v['ttft_p50_s'] or float('nan'):.2f} s"
                               for k, v in r["key_shares"].items())
             out.append(f"| {r['load']:.0%} | {r['policy']} | {cells} |")

@@ -3,10 +3,22 @@
 The order is FCFS by default, as Dynamo's fcfs policy: `arrival - priority_jump`, so a priority (or
 latency_sensitivity) of p seconds lets a request overtake those that arrived up to p seconds earlier. Rank terms
 (routing/scheduling: per-key shares, interactive first, least attained service per session) go before that key
-when enabled; terms whose value changes while a request waits are re-read whenever the queue admits. A request
-never waits forever: a full queue or a wait past `max_wait_s` is rejected with a retry hint, which the APIs render
-as 529 (Anthropic) / 503 with `Retry-After` before any byte. With a rank term on, a full queue rejects its
-lowest-ranked waiter rather than a newcomer that ranks above it (`shed_lowest`).
+when enabled; terms whose value changes while a request waits are re-read whenever the queue admits.
+
+Rank terms order only requests that have waited `rank_after_s` (by the FCFS key: `now - (arrival - jump) >=
+rank_after_s`, a priority jump counting as time waited); younger ones keep FCFS order behind them. Those that have
+waited are exactly a prefix of the FCFS order (their FCFS key is at most `now - rank_after_s`, every younger one's
+above it), so the whole order is FCFS with its head re-ordered by rank: a lightly loaded queue, whose waits are
+short, stays FCFS; a backlog is ranked. Young tickets sit in a heap keyed by (FCFS key, sequence), a key that never
+changes; `_promote` moves those that crossed the threshold, always a prefix of that heap, to the ranked
+structure, each ticket once, at the start of a pump (the only place the order is read). Every structure's keys are
+thus fixed while a ticket is in it and crossing is one way (time only runs forward), so each is a consistent heap
+or list, and promotion costs O(log n) once per ticket. `rank_after_s <= 0` ranks every waiter at once.
+
+A request never waits forever: a full queue or a wait past `max_wait_s` is rejected with a retry hint, which the
+APIs render as 529 (Anthropic) / 503 with `Retry-After` before any byte. With a rank term on, a full queue rejects
+its lowest-ranked waiter rather than a newcomer that ranks above it (`shed_lowest`), by rank whatever the waits (a
+full queue is saturation; by FCFS the newcomer would always be the one turned away).
 
 Two ways in: `wait` (asyncio, the Router deployment) and `offer` with callbacks plus `expire` (the simulator's
 virtual clock). `pump`'s admit function may return a `Deferred`: this waiter cannot go now, try the next; one
@@ -51,6 +63,7 @@ class Ticket:
     future: asyncio.Future | None = None  # `wait`'s: a cancelled caller is skipped
     blocked_on: str | None = None  # the saturated replica it was last deferred for
     blocked_until: float = 0.0
+    ranked: bool = True  # in the ranked structure (False: still young, in FCFS order)
 
     @property
     def live(self) -> bool:
@@ -61,12 +74,16 @@ class AdmissionQueue(Generic[T]):
     def __init__(
         self, *, max_waiting: int, max_wait_s: float, retry_after_s: float, clock: Callable[[], float],
         terms: Sequence[RankTerm] = (), shed_lowest: bool = True, on_drop: Callable[[Any], None] | None = None,
+        rank_after_s: float = 0.0,
     ) -> None:  # fmt: skip
         self._on_drop = on_drop  # told of every item that leaves unadmitted (turned away, timed out, cancelled)
         self._terms = tuple(terms)
         self._dynamic = any(t.dynamic for t in self._terms)
         self._heap: list[tuple[tuple, Ticket]] = []  # static order: ranked once, on arrival
         self._list: list[Ticket] = []  # dynamic order: ranked at each admission
+        # Without terms the rank is the FCFS key: ranking at once is the same order.
+        self._rank_after = rank_after_s if self._terms else 0.0
+        self._young: list[tuple[float, int, Ticket]] = []  # (FCFS key, seq): not yet ranked (rank_after_s > 0)
         self._seq = itertools.count()
         self._max_waiting = max_waiting
         self._max_wait = max_wait_s
@@ -103,7 +120,10 @@ class AdmissionQueue(Generic[T]):
             if self._on_drop is not None:
                 self._on_drop(item)
             raise self.overloaded(f"{self._max_waiting} requests already waiting")
-        if self._dynamic:
+        if self._rank_after > 0:
+            ticket.ranked = False
+            heapq.heappush(self._young, (ticket.w.arrival - ticket.w.jump, ticket.w.seq, ticket))
+        elif self._dynamic:
             self._list.append(ticket)
         else:
             heapq.heappush(self._heap, (self.rank(ticket.w, now), ticket))
@@ -138,16 +158,20 @@ class AdmissionQueue(Generic[T]):
 
     # -- leaving ---------------------------------------------------------------------
     def pump(self, try_admit: Callable[[Any], T | None | Deferred], is_open: Callable[[str], bool] | None = None) -> int:
-        """Admit waiters in rank order while `try_admit` finds room (None: no room for anyone; a Deferred: not for
-        this one, try the next); `is_open(replica)`: whether a replica a waiter was deferred for has room now (a
-        waiter whose replica is still full is passed over unplaced). Returns how many were admitted."""
+        """Admit waiters in order (those past `rank_after_s` by rank, then the rest FCFS) while `try_admit` finds
+        room (None: no room for anyone; a Deferred: not for this one, try the next); `is_open(replica)`: whether a
+        replica a waiter was deferred for has room now (a waiter whose replica is still full is passed over
+        unplaced). Returns how many were admitted."""
         admitted = 0
         passed: list[Ticket] = []
         placed_in_vain = 0
         now = self._clock()
+        self._promote(now)
         ranked = _Ranked(self, now) if self._dynamic else None
         while placed_in_vain < MAX_DEFERRED:
             ticket = ranked.pop() if ranked is not None else self._pop_best(now)
+            if ticket is None:
+                ticket = self._pop_young()
             if ticket is None:
                 break
             blocked = ticket.blocked_on is not None and now < ticket.blocked_until
@@ -187,7 +211,8 @@ class AdmissionQueue(Generic[T]):
 
     # -- internals -------------------------------------------------------------------
     def _tickets(self) -> list[Ticket]:
-        return self._list if self._dynamic else [t for _, t in self._heap]
+        ranked = self._list if self._dynamic else [t for _, t in self._heap]
+        return [*ranked, *(t for _, _, t in self._young)] if self._young else ranked
 
     def _finish(self, ticket: Ticket, admitted: bool = False) -> None:
         if ticket.done:
@@ -196,12 +221,33 @@ class AdmissionQueue(Generic[T]):
         self._waiting -= 1
         if not admitted and self._on_drop is not None:
             self._on_drop(ticket.w.req)
-        if self._dynamic:
+        if self._dynamic and ticket.ranked:
             try:
                 self._list.remove(ticket)
             except ValueError:
                 pass
-        # heap entries of finished tickets are dropped when they reach the top
+        # heap entries (ranked or young) of finished tickets are dropped when they reach the top
+
+    def _promote(self, now: float) -> None:
+        """Move the young tickets that have waited `rank_after_s` (a prefix of the young heap) to the ranked order."""
+        edge = now - self._rank_after
+        young = self._young
+        while young and young[0][0] <= edge:
+            _, _, ticket = heapq.heappop(young)
+            if not ticket.live:
+                continue
+            ticket.ranked = True
+            if self._dynamic:
+                self._list.append(ticket)
+            else:
+                heapq.heappush(self._heap, (self.rank(ticket.w, now), ticket))
+
+    def _pop_young(self) -> Ticket | None:
+        while self._young:
+            _, _, ticket = heapq.heappop(self._young)
+            if ticket.live:
+                return ticket
+        return None
 
     def _pop_best(self, now: float) -> Ticket | None:
         if not self._dynamic:
@@ -220,7 +266,9 @@ class AdmissionQueue(Generic[T]):
         return ticket
 
     def _put_back(self, ticket: Ticket, now: float) -> None:
-        if self._dynamic:
+        if not ticket.ranked:
+            heapq.heappush(self._young, (ticket.w.arrival - ticket.w.jump, ticket.w.seq, ticket))
+        elif self._dynamic:
             self._list.append(ticket)
         else:
             heapq.heappush(self._heap, (self.rank(ticket.w, now), ticket))

@@ -75,6 +75,7 @@ class KvRouter:
         self._queue: AdmissionQueue[RouteDecision] = AdmissionQueue(
             max_waiting=cfg.max_waiting, max_wait_s=cfg.max_wait_s, retry_after_s=cfg.retry_after_s, clock=clock,
             terms=self._terms, shed_lowest=sched.shed_lowest, on_drop=self._dropped,
+            rank_after_s=sched.rank_after_wait_s,
         )  # fmt: skip
         # wait_for_cache: the cost rule over every replica, saturation aside (a saturated best one means wait).
         self._unbounded = replace(

@@ -34,6 +34,9 @@ class SchedulingConfig:
     kv_keep_gap_s: float = 30.0  # an idle session is expected back within this (its tool gap); later it may go
     kv_max_defer_s: float = 10.0  # a request held back for KV room this long is placed anyway (LRU evicts)
     shed_lowest: bool = True  # with an ordering term on, a full queue rejects its lowest-ranked waiter, not the newcomer
+    # The ordering terms order a waiter only once it has waited this long (its priority jump counted); before, FCFS.
+    # A lightly loaded queue's waits are short and reordering them only costs (docs/BENCHMARKS.md); 0: at once.
+    rank_after_wait_s: float = 1.0
 
     @property
     def ordered(self) -> bool:

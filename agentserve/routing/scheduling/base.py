@@ -2,7 +2,8 @@
 
 When every replica is saturated, requests wait in the Router's admission queue (routing/admission.py). Their
 order is a tuple: one value per enabled `RankTerm`, lowest first, then today's FCFS key (`arrival - priority
-jump`, then arrival sequence). With no term enabled the order is exactly FCFS. Each term is one file:
+jump`, then arrival sequence), for those that have waited `rank_after_wait_s`; younger ones follow in FCFS order.
+With no term enabled the order is exactly FCFS. Each term is one file:
 
 - key_shares.py: per-key weighted shares (the key with the least decayed service per unit of weight first);
 - interactive_first.py: a user's message ahead of background turns (tool results, compactions, other);

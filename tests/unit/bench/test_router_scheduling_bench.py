@@ -18,3 +18,15 @@ def test_a_small_ablation_writes_every_variant_and_the_comparison(tmp_path):
     assert all(r["requests"] > 0 and r["served"] > 0 for r in doc["rows"])
     md = out.with_suffix(".md").read_text()
     assert "| 150% | all switches |" in md and out.with_suffix(".png").exists()
+
+
+def test_the_ranked_after_rows_differ_from_their_at_once_rows_only_by_rank_after_wait_s():
+    from agentserve.routing.scheduling import SchedulingConfig
+
+    after = SchedulingConfig().rank_after_wait_s
+    assert after > 0 and not any("," in name for name in router_scheduling.VARIANTS)  # --variants splits on commas
+    for name in ("+ session fairness", "+ key shares", "all switches"):
+        at_once = router_scheduling.VARIANTS[name]
+        ranked = router_scheduling.VARIANTS[f"{name} (ranked after {after:g}s)"]
+        assert at_once["rank_after_wait_s"] == 0.0 and ranked["rank_after_wait_s"] == after
+        assert at_once | {"rank_after_wait_s": after} == ranked

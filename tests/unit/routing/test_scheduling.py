@@ -1,5 +1,6 @@
 """Session-aware admission order (routing/scheduling, routing/admission.py): switches off is exactly FCFS; a short
-interactive session overtakes a long session's backlog; per-key shares hold; nothing waits past max_wait_s."""
+interactive session overtakes a long session's backlog; per-key shares hold; nothing waits past max_wait_s; rank
+terms order only requests that have waited rank_after_wait_s (before that, FCFS)."""
 
 from __future__ import annotations
 
@@ -51,13 +52,16 @@ def router(clock: Clock, sched: SchedulingConfig = SchedulingConfig(), *, slots:
 
 
 
-def run_order(r: KvRouter, first: RouteRequest, waiters: list[RouteRequest], clock: Clock) -> list[str]:
-    """One slot busy with `first`; `waiters` queue (1 ms apart); the slot is handed on one release at a time."""
+def run_order(r: KvRouter, first: RouteRequest, waiters: list[RouteRequest], clock: Clock,
+              waited: float = 2.0) -> list[str]:
+    """One slot busy with `first`; `waiters` queue (1 ms apart) and wait `waited` s (by default past the default
+    rank_after_wait_s, 1 s: a saturated queue); the slot is handed on one release at a time."""
     order: list[str] = []
     assert r.offer(first, order.append, pytest.fail) is not None
     for w in waiters:
         clock.t += 0.001
         assert r.offer(w, lambda d, rid=w.request_id: order.append(rid), pytest.fail) is None
+    clock.t += waited
     del order[:]
     current = first.request_id
     while len(order) < len(waiters):
@@ -85,7 +89,8 @@ def test_the_default_spec_is_every_switch_off():
     assert make_terms(SchedulingConfig(**spec.model_dump())) == ()
 
 
-def _long_backlog_then_short(sched: SchedulingConfig, kind_long: str, kind_short: str) -> list[str]:
+def _long_backlog_then_short(sched: SchedulingConfig, kind_long: str, kind_short: str,
+                             waited: float = 2.0) -> list[str]:
     clock = Clock()
     r = router(clock, sched)
     # The long session has been served for a while (20 turns of 4K tokens) ...
@@ -95,7 +100,7 @@ def _long_backlog_then_short(sched: SchedulingConfig, kind_long: str, kind_short
     # ... and has 8 requests waiting (a subagent fan-out) when a short session's user turn arrives.
     backlog = [req(200 + i, "long", kind=kind_long, tokens=4096) for i in range(8)]
     short = req(300, "short", kind=kind_short, tokens=512)
-    return run_order(r, req(0, "busy"), [*backlog, short], clock)
+    return run_order(r, req(0, "busy"), [*backlog, short], clock, waited)
 
 
 def test_a_short_interactive_session_overtakes_a_long_sessions_backlog_at_saturation():
@@ -116,13 +121,16 @@ def test_interactive_first_puts_user_messages_before_background_within_fairness(
     assert order[:2] == ["r3", "r5"] and sorted(order[2:]) == ["r1", "r2", "r4"]
 
 
+# ranked on arrival; ranked after 1 s, each release 0.5 s apart (the backlog's waits: ~4 s)
+@pytest.mark.parametrize("rank_after, step", [(0.0, 0.01), (1.0, 0.5)])
 @settings(max_examples=25, deadline=None)
 @given(st.floats(0.25, 4.0), st.integers(16, 1024), st.integers(16, 1024))
-def test_per_key_shares_hold_within_tolerance(weight, size_a, size_b):
+def test_per_key_shares_hold_within_tolerance(rank_after, step, weight, size_a, size_b):
     """Two keys always backlogged: service (tokens) splits as their weights, whatever their request sizes."""
     ka, kb = "a" * 64, "b" * 64
     clock = Clock()
-    r = router(clock, SchedulingConfig(key_shares=True, key_weights={ka: weight, kb: 1.0}, service_half_life_s=1e9))
+    r = router(clock, SchedulingConfig(key_shares=True, key_weights={ka: weight, kb: 1.0}, service_half_life_s=1e9,
+                                       rank_after_wait_s=rank_after))
     served = {ka: 0, kb: 0}
     sizes = {ka: size_a, kb: size_b}
     n = itertools.count(1)
@@ -138,7 +146,7 @@ def test_per_key_shares_hold_within_tolerance(weight, size_a, size_b):
     for _ in range(4):
         submit(ka), submit(kb)
     for _ in range(400):
-        clock.t += 0.01
+        clock.t += step
         r.release(running.pop(0))
     ratio = served[ka] / served[kb]
     # within one request of each key's size of the exact split
@@ -151,7 +159,8 @@ def test_per_key_shares_hold_within_tolerance(weight, size_a, size_b):
 @given(st.lists(st.tuples(st.integers(0, 6), st.sampled_from(KINDS), st.floats(0, 3), st.booleans()),
                 min_size=1, max_size=60),
        st.sampled_from([SchedulingConfig(), SchedulingConfig(session_fairness=True, interactive_first=True),
-                        SchedulingConfig(session_fairness=True, interactive_first=True, key_shares=True)]))
+                        SchedulingConfig(session_fairness=True, interactive_first=True, key_shares=True),
+                        SchedulingConfig(session_fairness=True, interactive_first=True, rank_after_wait_s=0.0)]))
 def test_nothing_starves_every_waiter_is_admitted_or_told_to_retry_within_max_wait(events, sched):
     clock = Clock()
     r = router(clock, sched, slots=2, replicas=2, max_waiting=8, max_wait_s=5.0)
@@ -196,10 +205,12 @@ def test_a_full_queue_turns_away_its_lowest_ranked_waiter_not_a_higher_ranked_ne
     for i, kind in ((1, "tool_result"), (2, "tool_result")):
         r.offer(req(i, f"s{i}", kind=kind), lambda d, i=i: got.__setitem__(f"r{i}", d),
                 lambda e, i=i: got.__setitem__(f"r{i}", e))
+    # (every waiter is younger than rank_after_wait_s: shedding goes by rank whatever the waits)
     r.offer(req(3, "s3", kind="user_message"), lambda d: got.__setitem__("r3", d), pytest.fail)
     assert isinstance(got["r2"], RequestError) and got["r2"].retry_after  # the newest background waiter
     with pytest.raises(RequestError):  # a background newcomer ranks below every waiter: it is the one turned away
         r.offer(req(4, "s4", kind="tool_result"), pytest.fail, pytest.fail)
+    clock.t += 2.0  # past rank_after_wait_s: the user message goes first
     r.release("r0")
     assert "r3" in got and not isinstance(got["r3"], RequestError)
 
@@ -221,6 +232,7 @@ def test_the_async_path_orders_the_same_way():
         await asyncio.sleep(0)
         tasks.append(asyncio.create_task(one(req(9, "short"))))
         await asyncio.sleep(0)
+        clock.t += 2.0  # they have waited past rank_after_wait_s
         current = "r0"
         for k in range(4):
             r.release(current)
@@ -317,3 +329,214 @@ def test_one_pump_admits_in_the_order_of_ranking_afresh_before_each_admission(wa
         las2.charge(best[1][0], best[1][1], clock2.t)
         expected.append(best[1][0].request_id)
     assert got == expected
+
+
+# -- rank_after_wait_s: rank terms order only requests that have waited that long --------------------------------
+
+
+def _queue(clock: Clock, terms, rank_after: float, **kw) -> AdmissionQueue[str]:
+    kw = {"max_waiting": 100, "max_wait_s": 30.0, "retry_after_s": 1.0} | kw
+    return AdmissionQueue(clock=clock, terms=terms, rank_after_s=rank_after, **kw)
+
+
+def _terms(kind: str):
+    from agentserve.routing.scheduling.interactive_first import InteractiveFirst
+    from agentserve.routing.scheduling.session_las import SessionLas
+
+    if kind == "static":
+        return (InteractiveFirst(),)
+    las = SessionLas(half_life_s=60.0, max_sessions=100, aging_tokens_per_s=500.0)
+    las.charge(req(0, "long"), 50_000, 0.0)  # the long session has been served: its turns rank last
+    return (InteractiveFirst(), las)
+
+
+def _offer_all(q: AdmissionQueue[str], clock: Clock, plan, got: list[str]) -> None:
+    for at, rq, jump in plan:
+        clock.t = at
+        q.offer(rq, jump, got.append, pytest.fail)
+
+
+def _four(times):
+    """A long session's tool results and two user messages (rank puts the user messages first), at `times`."""
+    rqs = [req(1, "long", kind="tool_result"), req(2, "short", kind="user_message"), req(3, "long", kind="tool_result"),
+           req(4, "s4", kind="user_message")]
+    return [(at, rq, 0.0) for at, rq in zip(times, rqs)]
+
+
+@pytest.mark.parametrize("terms", ["static", "dynamic"])
+def test_below_rank_after_wait_s_waiters_keep_arrival_order_even_when_rank_says_otherwise(terms):
+    clock = Clock()
+    q = _queue(clock, _terms(terms), 1.0)
+    got: list[str] = []
+    # rank would put the user messages first; none has waited 1 s yet
+    _offer_all(q, clock, _four((0.1, 0.2, 0.3, 0.4)), got)
+    clock.t = 1.05  # r1 waited 0.95 s
+    assert q.pump(lambda item: item.request_id) == 4
+    assert got == ["r1", "r2", "r3", "r4"]
+
+
+@pytest.mark.parametrize("terms", ["static", "dynamic"])
+def test_past_rank_after_wait_s_rank_order_applies(terms):
+    clock = Clock()
+    q = _queue(clock, _terms(terms), 1.0)
+    got: list[str] = []
+    _offer_all(q, clock, _four((0.1, 0.2, 0.3, 0.4)), got)
+    clock.t = 1.5  # every one has waited past 1 s
+    q.pump(lambda item: item.request_id)
+    assert got[:2] == ["r2", "r4"] and sorted(got[2:]) == ["r1", "r3"]
+
+
+@pytest.mark.parametrize("terms", ["static", "dynamic"])
+def test_those_past_rank_after_wait_s_go_by_rank_ahead_of_the_young_in_arrival_order(terms):
+    clock = Clock()
+    q = _queue(clock, _terms(terms), 1.0)
+    got: list[str] = []
+    _offer_all(q, clock, _four((0.0, 0.2, 1.0, 1.1)), got)
+    clock.t = 1.25  # r1 and r2 have waited 1 s, r3 and r4 have not: r4 (a user message) does not overtake r3
+    q.pump(lambda item: item.request_id)
+    assert got == ["r2", "r1", "r3", "r4"]
+
+
+def test_a_priority_jump_counts_as_time_waited_for_rank_after_wait_s():
+    clock = Clock()
+    q = _queue(clock, _terms("static"), 1.0)
+    got: list[str] = []
+    # FCFS (arrival - jump): r2, r3, r1. Ranked at once: r3, r1, r2. r2 and r3 jump 5 s: they have "waited" 5 s.
+    _offer_all(q, clock, [(0.0, req(1, "a", kind="user_message"), 0.0), (0.1, req(2, "b", kind="tool_result"), 5.0),
+                          (0.2, req(3, "c", kind="user_message"), 5.0)], got)
+    clock.t = 0.3
+    q.pump(lambda item: item.request_id)
+    assert got == ["r3", "r2", "r1"]
+
+
+def test_rank_after_wait_s_zero_ranks_on_arrival_as_before_and_the_default_keeps_short_waits_fcfs():
+    # A long session's backlog and a short session's user turn, 1 ms apart, admitted at once (a queue below saturation)
+    ranked = _long_backlog_then_short(SchedulingConfig(session_fairness=True, rank_after_wait_s=0.0),
+                                      "tool_result", "user_message", waited=0.0)
+    assert ranked[0] == "r300"
+    default = _long_backlog_then_short(SchedulingConfig(session_fairness=True, interactive_first=True),
+                                       "tool_result", "user_message", waited=0.0)
+    assert default[-1] == "r300"  # FCFS: nothing has waited rank_after_wait_s (1 s)
+
+
+def test_rank_after_wait_s_is_wired_from_the_spec_and_every_default_matches_the_internal_config():
+    assert SchedulingSpec().rank_after_wait_s == SchedulingConfig().rank_after_wait_s == 1.0
+    spec = SchedulingSpec(rank_after_wait_s=2.5)
+    assert SchedulingConfig(**spec.model_dump()).rank_after_wait_s == 2.5
+    assert RouterSpec.model_validate({"scheduling": {"rank_after_wait_s": 0}}).scheduling.rank_after_wait_s == 0.0
+    with pytest.raises(ValueError):
+        SchedulingSpec(rank_after_wait_s=-1.0)
+    internal = SchedulingConfig()
+    for name, value in SchedulingSpec().model_dump().items():
+        assert getattr(internal, name) == value, name
+
+
+STEP = st.tuples(
+    st.floats(0.0, 1.5),  # time passes
+    st.one_of(st.none(), st.tuples(st.integers(0, 4), st.sampled_from(KINDS), st.integers(16, 4096),
+                                   st.sampled_from([0.0, 0.0, 0.0, 2.0, -1.0]), st.booleans())),  # an arrival
+    st.integers(0, 3),  # then a pump with room for this many (0: no pump)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(STEP, min_size=1, max_size=50), st.sampled_from([0.0, 0.5, 1.0, 2.5, 100.0]),
+       st.sampled_from(["static", "dynamic", "keys"]), st.booleans(), st.integers(1, 8))
+def test_admission_order_is_always_valid_under_random_arrivals_ranks_and_times(steps, rank_after, terms_kind,
+                                                                               shed_lowest, max_waiting):
+    """Against a reference that ranks every waiter afresh before each admission: each admission is the best waiter
+    by (those that have waited rank_after_s by rank, the rest FCFS) among those not yet passed over in this pump;
+    no request is admitted, rejected or lost twice or never; none waits past max_wait_s (checked at each step)."""
+    from agentserve.routing.admission import DEFER
+    from agentserve.routing.scheduling.base import Waiting
+    from agentserve.routing.scheduling.interactive_first import InteractiveFirst
+    from agentserve.routing.scheduling.key_shares import KeyShares
+    from agentserve.routing.scheduling.session_las import SessionLas
+
+    las = SessionLas(half_life_s=30.0, max_sessions=100, aging_tokens_per_s=500.0)
+    terms = {"static": (InteractiveFirst(),), "dynamic": (InteractiveFirst(), las),
+             "keys": (KeyShares({}, default_weight=1.0, half_life_s=30.0, max_keys=10), las)}[terms_kind]
+    max_wait, max_dt = 5.0, 1.5
+    clock = Clock()
+    q = _queue(clock, terms, rank_after, max_waiting=max_waiting, max_wait_s=max_wait, shed_lowest=shed_lowest)
+    waiting: dict[str, Waiting] = {}  # the reference's view: offered, not yet out
+    picky: set[str] = set()  # deferred once (Deferred: try the next), admitted on a later pump
+    tokens: dict[str, int] = {}
+    outcome: dict[str, tuple[str, float]] = {}
+    arrived: dict[str, float] = {}
+    seq = itertools.count()
+
+    def out(rid: str, how: str) -> None:
+        assert rid not in outcome, f"{rid} left the queue twice"
+        outcome[rid] = (how, clock.t)
+        waiting.pop(rid, None)
+
+    def rank(w: Waiting, now: float) -> tuple:
+        fcfs = w.arrival - w.jump
+        if rank_after > 0 and now - fcfs < rank_after:
+            return (1, fcfs, w.seq)
+        return (0, *(t.value(w, now) for t in terms), fcfs, w.seq)
+
+    def pump(room: int) -> None:
+        left = [room]
+        passed: set[str] = set()
+        deferred = [0]
+
+        def admit(item: RouteRequest):
+            rid = item.request_id
+            now = clock.t
+            best = min((w for r, w in waiting.items() if r not in passed), key=lambda w: rank(w, now))
+            assert best.req.request_id == rid, "admitted out of order"
+            if rid in picky:
+                picky.discard(rid)
+                passed.add(rid)
+                deferred[0] += 1
+                return DEFER
+            if left[0] == 0:
+                return None
+            left[0] -= 1
+            for t in terms:
+                t.charge(item, tokens[rid], now)
+            out(rid, "admitted")
+            return rid
+
+        q.pump(admit)
+        if left[0] and deferred[0] < 32:  # room left: everyone not deferred was admitted
+            assert set(waiting) <= passed
+
+    def offer(rq: RouteRequest, jump: float) -> None:
+        rid = rq.request_id
+        arrived[rid] = clock.t
+        w = Waiting(rq, clock.t, jump, next(seq))
+        def resolved(result, rid=rid):
+            assert result == rid and outcome[rid][0] == "admitted"  # its own placement, given in `admit`
+
+        try:
+            q.offer(rq, jump, resolved, lambda e, rid=rid: out(rid, "retry"))
+        except RequestError as e:
+            assert e.retry_after
+            out(rid, "retry")
+            return
+        waiting[rid] = w
+
+    for i, (dt, arrival, room) in enumerate(steps):
+        clock.t += dt
+        q.expire()
+        if arrival is not None:
+            session, kind, size, jump, is_picky = arrival
+            rq = req(i, f"s{session}", kind=kind, tenant=f"{session % 2}" * 64, tokens=size)
+            tokens[rq.request_id] = size
+            if is_picky:
+                picky.add(rq.request_id)
+            offer(rq, jump)
+        if room:
+            pump(room)
+        assert len(q) == len(waiting)
+        for rid in waiting:
+            assert clock.t - arrived[rid] < max_wait + max_dt  # none left waiting past max_wait_s
+    for _ in range(6):  # time runs on with no room: the rest are told to retry within max_wait_s
+        clock.t += 1.0
+        q.expire()
+    assert set(outcome) == set(arrived) and not waiting and len(q) == 0
+    for rid, (_, at) in outcome.items():
+        assert at - arrived[rid] <= max_wait + max_dt
