@@ -21,7 +21,7 @@ import ray
 from ray import serve
 
 from agentserve.protocol.cluster import RouterStats
-from tests.support.graph import running_graph
+from tests.support.graph import running_graph, suite_args
 from tests.integration import graph_probe
 from agentserve.bench.graph import wait_for
 from tests.integration.conftest import RULES, sse_events
@@ -231,7 +231,9 @@ def test_redeploy_drains_in_flight_streams(url):
     t = threading.Thread(target=consume)
     t.start()
     wait_for(lambda: engine_active() >= 1, timeout=30)
-    serve.run(build_app({**ARGS, "keepalive_interval_s": 0.6}), name=APP, route_prefix="/", blocking=False)
+    # suite_args: the warm start off, as in the first deploy (on, each new engine would prefill this module's
+    # sessions before joining: ~16 s of scripted prefill each, not what this test is about)
+    serve.run(build_app(suite_args({**ARGS, "keepalive_interval_s": 0.6})), name=APP, route_prefix="/", blocking=False)
     t.join(timeout=120)
     assert not t.is_alive()
     lines = [ln for ln in got["lines"] if ln.startswith("data:")]
