@@ -235,7 +235,8 @@ def test_hostile_bodies_are_clean_4xx(url, path, content, headers, status):
 
 def test_bombs_and_huge_bodies_at_the_shipped_caps_answer_at_once_while_health_keeps_answering(url):
     """Before: the zstd bomb took ~4 s of the Ingress loop (and +580 MiB) and was accepted; /detokenize of 15 MiB of
-    ids decoded on the loop for 4.3 s. Now each is refused in well under a second, and /health never waits."""
+    ids decoded on the loop for 4.3 s. Now each is refused at once, and /health never waits on them (under 2 s even
+    with another test's graph busy on the same two cores; a blocked loop held it 4 s)."""
     other = {"authorization": f"Bearer {OTHER_KEY}"}  # two at once per key: the per-key limit is 2
     attacks = [
         ("/v1/messages", _ZSTD_BOMB, {"content-encoding": "zstd"}),
@@ -266,7 +267,7 @@ def test_bombs_and_huge_bodies_at_the_shipped_caps_answer_at_once_while_health_k
         assert r.status_code in (400, 413), (path, r.status_code, r.text[:200])
         assert_envelope(path, r)
         assert took < 5.0, (path, took)
-    assert max(waits) < 1.0, waits
+    assert max(waits) < 2.0, waits
 
 
 def test_prompts_past_the_window_and_huge_max_tokens(url):

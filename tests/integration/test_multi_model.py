@@ -24,7 +24,7 @@ from agentserve.bench.graph import wait_for
 pytestmark = pytest.mark.integration
 
 MAIN, HAIKU = "agent/main", "agent/haiku"
-LONG = "tick " * 400  # ~24 s at 60 ms a token: outlasts a scale-up on a loaded 2-core machine
+LONG = "tick " * 600  # ~36 s at 60 ms a token: outlasts a scale-up on a 2-core machine running two test workers
 
 
 def _rules(name: str) -> list[dict[str, Any]]:

@@ -15,13 +15,13 @@ alternation.
 from __future__ import annotations
 
 import copy
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import vllm
 from agentserve.apis.anthropic.decode import decode as anthropic_decode, sign_thinking
 from agentserve.apis.anthropic.schema import MessagesRequest
 from agentserve.apis.anthropic.signature import ThinkingSigner
@@ -33,7 +33,8 @@ from agentserve.protocol.errors import RequestError
 from agentserve.ingress.app import ROUTE_ENVELOPES
 from tests.support.keys import signing_key
 
-VL2 = Path(vllm.__file__).parent / "transformers_utils" / "chat_templates" / "template_deepseek_vl2.jinja"
+# vLLM's bundled template, found without importing vllm (that import alone costs every test worker ~10 s of torch)
+VL2 = Path(find_spec("vllm").submodule_search_locations[0]) / "transformers_utils" / "chat_templates" / "template_deepseek_vl2.jinja"
 SIGNER = ThinkingSigner(signing_key("unit"))
 SEALER = Sealer(signing_key("unit"))
 CALLER = "caller"
