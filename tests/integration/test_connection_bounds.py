@@ -1,17 +1,21 @@
 """What one client's connections may hold, on the real graph (issue 29): a Responses WebSocket's frames and
 read-ahead are bounded, an idle one is closed, one key holds a bounded number of them, and a client cannot turn off
-Serve's request timeout with `x-request-timeout-seconds: 0` (Codex's long timeout still works: its own test,
-test_websocket_session_timeout.py)."""
+Serve's request timeout with `x-request-timeout-seconds: 0`, while the headers `agentserve codex-config` makes Codex
+send keep a session's socket past it (without them the proxy would end the connection at request_timeout_s, 600 s in
+serve_config.yaml, in the middle of the session)."""
 
 from __future__ import annotations
 
 import json
 import time
+import tomllib
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from agentserve.apis.codex import config as codex_config
+from agentserve.config import ModelSpec
 from agentserve.ingress.middleware.auth import hash_key
 from tests.support.graph import running_graph
 
@@ -28,7 +32,15 @@ ARGS = {
     "limits": {"max_websockets_per_key": 2, "ws_idle_timeout_s": IDLE_S, "max_ws_frame_bytes": 64 * 1024,
                "max_ws_queued_bytes": 128 * 1024},  # fmt: skip
 }
-CODEX = {"x-request-timeout-seconds": "86400"}  # what `agentserve codex-config` makes Codex send
+
+
+def _codex_headers() -> dict[str, str]:
+    """The http_headers of the provider `agentserve codex-config` writes: Codex sends them with every request."""
+    config = tomllib.loads(codex_config.config_toml([ModelSpec()], base_url="http://h/v1", catalog_path="/c"))
+    return config["model_providers"]["agentserve"]["http_headers"]
+
+
+CODEX = _codex_headers()
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +49,9 @@ def ws_url(model_path):
         yield url.replace("http://", "ws://") + "/v1/responses"
 
 
-def _open(url: str, key: str = KEY_A, **headers: str):
-    return connect(url, additional_headers={"Authorization": f"Bearer {key}", **CODEX, **headers}, open_timeout=30)
+def _open(url: str, key: str = KEY_A, codex: bool = True, **headers: str):
+    sent = {"Authorization": f"Bearer {key}", **(CODEX if codex else {}), **headers}
+    return connect(url, additional_headers=sent, open_timeout=30)
 
 
 def _create(text: str = "hi") -> str:
@@ -100,15 +113,21 @@ def test_one_key_holds_a_bounded_number_of_sockets_and_other_keys_are_unaffected
         assert _turn(again)["type"] == "response.completed"
 
 
-def test_a_client_cannot_turn_off_the_request_timeout(ws_url):
-    with _open(ws_url, **{"x-request-timeout-seconds": "0", "x-request-disconnect-disabled": "?1"}) as ws:
+@pytest.mark.parametrize("headers", [{"x-request-timeout-seconds": "0", "x-request-disconnect-disabled": "?1"}, {}],
+                         ids=["timeout turned off", "no codex-config headers"])
+def test_a_client_cannot_turn_off_the_request_timeout(ws_url, headers):
+    with _open(ws_url, codex=False, **headers) as ws:
         started = time.monotonic()
         with pytest.raises(ConnectionClosed):
             while time.monotonic() - started < TIMEOUT_S + 4:  # never idle: a turn a second
                 assert _turn(ws)["type"] == "response.completed"
                 time.sleep(1)
         assert time.monotonic() - started < TIMEOUT_S + 4
-    with _open(ws_url) as ws:  # Codex's header keeps its socket past request_timeout_s
+
+
+def test_codex_config_headers_keep_the_session_socket_past_request_timeout(ws_url):
+    assert "x-request-timeout-seconds" in CODEX
+    with _open(ws_url) as ws:
         started = time.monotonic()
         while time.monotonic() - started < TIMEOUT_S + 2:
             assert _turn(ws)["type"] == "response.completed"
