@@ -188,7 +188,10 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     await replay.run()
     row = trace_report.summarize(replay.requests, replay.programs())
+    # A live graph's engines do not report their preemptions here (vLLM counts them in its own metrics): None, not 0.
+    # Retries happen inside one request's record: every attempt past its first.
     row |= {"policy": args.label, "replicas": args.replicas, "load": 0.0, "speedup": args.speedup,
+            "preemptions": None, "recomputed_tokens": None, "retries": replay.attempts - len(replay.requests),
             "overloaded_529": replay.overloaded, "attempts": replay.attempts,
             "rate_529": replay.overloaded / max(1, replay.attempts), "wall_s": time.perf_counter() - t0}
     return row

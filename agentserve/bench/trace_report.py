@@ -120,11 +120,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         comp = " | ".join(f"{r['completion_s'][n]['p50']:.0f}" if "p50" in r["completion_s"][n] else "-" for n in names)
         load = f"x{r['speedup']:g} speed" if "speedup" in r else f"{r['load']:.0%}"
         sus = r.get("sustained_output_tokens_per_s")
+        pre, rec = r.get("preemptions", 0), r.get("recomputed_tokens", 0)  # None: not observed (a live graph)
         out.append(
             f"| {r['replicas']} | {load} | {r['policy']} | {p50} / {p90} / {p99} | {comp} "
             f"| {r['output_tokens_per_s']:.0f} | {'-' if sus is None else f'{sus:.0f}'} | {r['cached_share']:.1%} "
-            f"| {r['reprefilled_tokens'] / 1e6:.2f} | {r.get('preemptions', 0)} "
-            f"| {r.get('recomputed_tokens', 0) / 1e6:.2f} | {r['shed_rate']:.2%} | {r.get('retries', 0)} "
+            f"| {r['reprefilled_tokens'] / 1e6:.2f} | {'-' if pre is None else pre} "
+            f"| {'-' if rec is None else f'{rec / 1e6:.2f}'} | {r['shed_rate']:.2%} | {r.get('retries', 0)} "
             f"| {r.get('requests_cut', r['shed'])} | {r['programs_incomplete']} of {r['programs']} |"
         )
     return "\n".join(out)

@@ -100,3 +100,17 @@ def test_shared_prefixes_map_to_equal_text():
     assert a.split()[:16] == b.split()[:16] and a != b and len(a.split()) == 24
     assert texts.blocks([1, 2, 3]) == a  # dropped from the bounded map, the same text again
     assert trace_prompts.shared_prefix_blocks([[1, 2, 3], [1, 2, 4], [9]]) == [2, 2, 0]
+
+
+def test_a_live_rows_unobserved_preemptions_print_as_dashes_and_a_simulated_zero_as_zero():
+    from agentserve.bench import trace_report
+
+    base = trace_report.summarize([], []) | {"replicas": 2, "load": 0.0, "speedup": 10.0, "retries": 3}
+    live = base | {"policy": "live", "preemptions": None, "recomputed_tokens": None}
+    sim = base | {"policy": "sim"}
+    cells = {line.split("|")[3].strip(): [c.strip() for c in line.split("|")] for line in
+             trace_report.table([live, sim]).splitlines()[2:]}
+    header = [c.strip() for c in trace_report.table([live]).splitlines()[0].split("|")]
+    at = header.index("preemptions")
+    assert cells["live"][at:at + 2] == ["-", "-"] and cells["sim"][at:at + 2] == ["0", "0.00"]
+    assert cells["live"][header.index("retries")] == "3"

@@ -168,17 +168,23 @@ def test_capacity_is_the_lower_of_prefill_and_kv_bounds():
     assert double["kv_bound"] == pytest.approx(2 * cap["kv_bound"]) and double["prefill_bound"] == cap["prefill_bound"]
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 1000), policy=st.sampled_from(["round-robin", "kv"]))
-def test_without_retries_a_shed_request_ends_its_session_and_a_waiting_parent_goes_on(seed, policy):
+def _shedding_replay(seed: int, policy: str, kv_blocks: int, retry: RetryPolicy):
+    """8 programs with subagents on one replica at 3x its capacity that sheds after 0.5 s of queued prefill."""
     shape = TraceShape(sessions=8, seed=seed, subagent_share=1.0, system_tokens=(1_000, 3_000),
                        context_at_30=(20_000, 40_000), long_turns=(6, 12, 8), short_turns=(2, 4),
                        subagent_turns=(2, 4), block_size=64)
     sessions = tw.sessions_from_trace(generate(shape), 128)
-    m = sim.ReplicaModel(kv_blocks=64, shed_after_s=0.5, prefill_ms_per_token=1.0)  # sheds often
+    m = sim.ReplicaModel(kv_blocks=kv_blocks, shed_after_s=0.5, prefill_ms_per_token=1.0)  # sheds often
     sessions = tw.rescale(sessions, tw.load_factor(sessions, m, 128, 1, 3.0))
-    flow = SessionFlow(sessions, 128, NO_RETRY)
+    flow = SessionFlow(sessions, 128, retry)
     res = sim.simulate(trace_replay.make_policy(policy, 128)(), 1, sessions, sim.Workload(block_size=128), m, flow)
+    return sessions, flow, res
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), policy=st.sampled_from(["round-robin", "kv"]))
+def test_without_retries_a_shed_request_ends_its_session_and_a_waiting_parent_goes_on(seed, policy):
+    sessions, flow, res = _shedding_replay(seed, policy, 64, NO_RETRY)
     by: dict[int, list] = defaultdict(list)
     for r in flow.requests:
         by[r.session].append(r)
@@ -202,15 +208,8 @@ def test_without_retries_a_shed_request_ends_its_session_and_a_waiting_parent_go
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 1000), policy=st.sampled_from(["round-robin", "kv", "kv+wait_for_cache"]))
 def test_with_retries_a_shed_turn_comes_back_until_served_or_its_retries_are_spent(seed, policy):
-    shape = TraceShape(sessions=8, seed=seed, subagent_share=1.0, system_tokens=(1_000, 3_000),
-                       context_at_30=(20_000, 40_000), long_turns=(6, 12, 8), short_turns=(2, 4),
-                       subagent_turns=(2, 4), block_size=64)
-    sessions = tw.sessions_from_trace(generate(shape), 128)
-    m = sim.ReplicaModel(kv_blocks=512, shed_after_s=0.5, prefill_ms_per_token=1.0)  # sheds often
-    sessions = tw.rescale(sessions, tw.load_factor(sessions, m, 128, 1, 3.0))
     retry = RetryPolicy(max_retries=3)
-    flow = SessionFlow(sessions, 128, retry)
-    res = sim.simulate(trace_replay.make_policy(policy, 128)(), 1, sessions, sim.Workload(block_size=128), m, flow)
+    sessions, flow, res = _shedding_replay(seed, policy, 512, retry)
     assert sum(r.shed for r in flow.requests) == res.rejected
     by: dict[tuple[int, int], list] = defaultdict(list)
     for r in flow.requests:
