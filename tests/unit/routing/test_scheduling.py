@@ -363,13 +363,19 @@ def _four(times):
     return [(at, rq, 0.0) for at, rq in zip(times, rqs)]
 
 
-@pytest.mark.parametrize("terms", ["static", "dynamic"])
-def test_below_rank_after_wait_s_waiters_keep_arrival_order_even_when_rank_says_otherwise(terms):
+def _four_waiting(terms: str, times) -> tuple[AdmissionQueue[str], Clock, list[str]]:
+    """_four offered at `times` to a queue that ranks after 1 s; the queue, its clock and the admitted ids."""
     clock = Clock()
     q = _queue(clock, _terms(terms), 1.0)
     got: list[str] = []
+    _offer_all(q, clock, _four(times), got)
+    return q, clock, got
+
+
+@pytest.mark.parametrize("terms", ["static", "dynamic"])
+def test_below_rank_after_wait_s_waiters_keep_arrival_order_even_when_rank_says_otherwise(terms):
     # rank would put the user messages first; none has waited 1 s yet
-    _offer_all(q, clock, _four((0.1, 0.2, 0.3, 0.4)), got)
+    q, clock, got = _four_waiting(terms, (0.1, 0.2, 0.3, 0.4))
     clock.t = 1.05  # r1 waited 0.95 s
     assert q.pump(lambda item: item.request_id) == 4
     assert got == ["r1", "r2", "r3", "r4"]
@@ -377,10 +383,7 @@ def test_below_rank_after_wait_s_waiters_keep_arrival_order_even_when_rank_says_
 
 @pytest.mark.parametrize("terms", ["static", "dynamic"])
 def test_past_rank_after_wait_s_rank_order_applies(terms):
-    clock = Clock()
-    q = _queue(clock, _terms(terms), 1.0)
-    got: list[str] = []
-    _offer_all(q, clock, _four((0.1, 0.2, 0.3, 0.4)), got)
+    q, clock, got = _four_waiting(terms, (0.1, 0.2, 0.3, 0.4))
     clock.t = 1.5  # every one has waited past 1 s
     q.pump(lambda item: item.request_id)
     assert got[:2] == ["r2", "r4"] and sorted(got[2:]) == ["r1", "r3"]
@@ -388,10 +391,7 @@ def test_past_rank_after_wait_s_rank_order_applies(terms):
 
 @pytest.mark.parametrize("terms", ["static", "dynamic"])
 def test_those_past_rank_after_wait_s_go_by_rank_ahead_of_the_young_in_arrival_order(terms):
-    clock = Clock()
-    q = _queue(clock, _terms(terms), 1.0)
-    got: list[str] = []
-    _offer_all(q, clock, _four((0.0, 0.2, 1.0, 1.1)), got)
+    q, clock, got = _four_waiting(terms, (0.0, 0.2, 1.0, 1.1))
     clock.t = 1.25  # r1 and r2 have waited 1 s, r3 and r4 have not: r4 (a user message) does not overtake r3
     q.pump(lambda item: item.request_id)
     assert got == ["r2", "r1", "r3", "r4"]
